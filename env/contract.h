@@ -1,0 +1,143 @@
+// The environment contract between `launch` and the workers it starts.
+//
+// This header is the one home of every environment variable the project reads or writes: the
+// launcher builds a `WorkerContract` per rank and turns it into variables with `to_env`; a worker
+// reads its own back with `from_env`. Nothing else in the project calls getenv/setenv for these
+// names (see STYLE.md: "Environment in one place").
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ddl::env {
+
+// --- Variable names -----------------------------------------------------------------------------
+// Paddle's contract (what `python -m paddle.distributed.launch` sets).
+inline constexpr const char* kTrainerId = "PADDLE_TRAINER_ID";               // global rank
+inline constexpr const char* kTrainersNum = "PADDLE_TRAINERS_NUM";           // world size
+inline constexpr const char* kCurrentEndpoint = "PADDLE_CURRENT_ENDPOINT";   // ip:port of this rank
+inline constexpr const char* kTrainerEndpoints = "PADDLE_TRAINER_ENDPOINTS"; // all, rank order
+inline constexpr const char* kSelectedGpus = "FLAGS_selected_gpus";          // this rank's GPU id
+// torchrun's contract, so PyTorch-style programs run unchanged.
+inline constexpr const char* kRank = "RANK";
+inline constexpr const char* kLocalRank = "LOCAL_RANK";
+inline constexpr const char* kWorldSize = "WORLD_SIZE";
+inline constexpr const char* kLocalWorldSize = "LOCAL_WORLD_SIZE";
+inline constexpr const char* kMasterAddr = "MASTER_ADDR";
+inline constexpr const char* kMasterPort = "MASTER_PORT";
+// Threading of the math libraries inside each worker.
+inline constexpr const char* kOmpNumThreads = "OMP_NUM_THREADS";
+// Our own additions.
+inline constexpr const char* kJobId = "DDL_JOB_ID";            // names one job (one launch)
+inline constexpr const char* kJobSecret = "DDL_JOB_SECRET";    // store admits only holders
+inline constexpr const char* kRendezvousTimeoutMs = "DDL_RENDEZVOUS_TIMEOUT_MS";
+inline constexpr const char* kRestartCount = "DDL_RESTART_COUNT";  // 0 on the first start
+inline constexpr const char* kLogLevel = "DDL_LOG_LEVEL";      // debug|info|warn|error
+inline constexpr const char* kFault = "DDL_FAULT";             // fault injection (testing aid)
+
+// Default rendezvous deadline when the contract does not set one.
+inline constexpr std::chrono::milliseconds kDefaultRendezvousTimeout{300'000};
+
+// A problem with the environment: names the variable and quotes its value.
+class EnvError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A snapshot of (part of) a process environment, name -> value.
+using EnvMap = std::map<std::string, std::string>;
+
+// The calling process's whole environment. The only place in the project that reads `environ`.
+EnvMap current_environment();
+
+// The value of `name` in `env`, if set (an empty value counts as set).
+std::optional<std::string> lookup(const EnvMap& env, const std::string& name);
+
+// --- Typed pieces -------------------------------------------------------------------------------
+struct Endpoint {
+  std::string host;
+  std::uint16_t port = 0;
+
+  std::string str() const;  // "host:port"
+  bool operator==(const Endpoint& o) const { return host == o.host && port == o.port; }
+  bool operator!=(const Endpoint& o) const { return !(*this == o); }
+};
+
+// Parses "host:port" (port 1..65535, host not empty, no spaces). `what` names the source of the
+// text (a variable or flag) for the error message. Throws EnvError.
+Endpoint parse_endpoint(std::string_view text, std::string_view what);
+
+// Parses "a,b,c" endpoints; the list must not be empty. Throws EnvError.
+std::vector<Endpoint> parse_endpoint_list(std::string_view text, std::string_view what);
+std::string join_endpoints(const std::vector<Endpoint>& endpoints);
+
+// Parses a non-negative decimal integer that fits in int (no sign, no spaces). Throws EnvError
+// quoting `what` and the text.
+int parse_non_negative_int(std::string_view text, std::string_view what);
+
+// --- The contract -------------------------------------------------------------------------------
+// Everything one worker is told about its place in the job.
+struct WorkerContract {
+  int rank = 0;              // global rank, node-major
+  int world_size = 1;
+  int local_rank = 0;        // index among the workers of this node
+  int local_world_size = 1;
+  Endpoint current;                 // this rank's endpoint
+  std::vector<Endpoint> endpoints;  // every rank's endpoint in rank order; [0] hosts the store
+  std::optional<int> gpu;           // FLAGS_selected_gpus, when GPUs were selected
+  std::string job_id;               // may be empty for hand-started workers
+  std::string secret;               // may be empty: the store then admits anyone with the job id
+  std::chrono::milliseconds rendezvous_timeout = kDefaultRendezvousTimeout;
+  int restart_count = 0;
+
+  // Throws EnvError when the fields are inconsistent (rank >= world, endpoint count != world,
+  // current != endpoints[rank], local_rank >= local_world_size, ...).
+  void validate() const;
+};
+
+// The variables that carry `c`: Paddle's, torchrun's and ours. Validates first.
+EnvMap to_env(const WorkerContract& c);
+
+// Reads a contract back from `env`.
+// - No contract variable at all: std::nullopt (the program runs as a world of one).
+// - A partial or inconsistent contract: throws EnvError naming the variable and its value.
+// Paddle's variables are the contract; torchrun's are written for other programs, not read.
+std::optional<WorkerContract> from_env(const EnvMap& env);
+
+// Log level requested through the environment (DDL_LOG_LEVEL), if any. Not validated here.
+std::optional<std::string> log_level(const EnvMap& env);
+
+// --- Fault injection (a testing aid) -------------------------------------------------------------
+// DDL_FAULT="rank=R,step=S,ACTION[,restart=G]" makes rank R, on reaching training step S, do ACTION:
+//   exit=C   exit at once with code C (no cleanup, like a crash that still reports a code)
+//   abort    raise SIGABRT
+//   hang     stop making progress (sleep forever; the hang guard or a peer's timeout ends it)
+// With restart=G the fault fires only in the G-th start of the job (DDL_RESTART_COUNT == G),
+// so a job run with --max_restarts can be made to fail exactly once.
+struct FaultSpec {
+  enum class Action { kExit, kAbort, kHang };
+  int rank = 0;
+  std::int64_t step = 0;
+  Action action = Action::kExit;
+  int exit_code = 1;
+  std::optional<int> restart;
+
+  // True when this spec fires for `rank` at `step` in start number `restart_count`.
+  bool fires(int rank_now, std::int64_t step_now, int restart_count) const;
+};
+
+// Parses DDL_FAULT if set. Throws EnvError quoting the value when it is malformed.
+std::optional<FaultSpec> fault_spec(const EnvMap& env);
+FaultSpec parse_fault_spec(std::string_view text);
+
+// The OMP_NUM_THREADS a launcher should give each of `local_workers` workers on a machine with
+// `cores` cores: max(1, cores / local_workers).
+int default_omp_threads(int cores, int local_workers);
+
+}  // namespace ddl::env

@@ -1,0 +1,38 @@
+#include "logging/log.h"
+
+#include <spdlog/sinks/stdout_sinks.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+
+namespace ddl::logging {
+
+spdlog::level::level_enum parse_level(std::string_view text) {
+  std::string t(text);
+  std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (t == "debug" || t == "10") return spdlog::level::debug;
+  if (t == "info" || t == "20") return spdlog::level::info;
+  if (t == "warn" || t == "warning" || t == "30") return spdlog::level::warn;
+  if (t == "error" || t == "40") return spdlog::level::err;
+  throw std::invalid_argument("bad log level '" + std::string(text) +
+                              "': expected debug, info, warn, error or 10, 20, 30, 40");
+}
+
+std::string rank_role(int rank) { return "rank " + std::to_string(rank); }
+
+void init(std::string_view role, spdlog::level::level_enum level) {
+  char host[256] = {0};
+  if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+  // stderr, unbuffered per line: workers' stderr is a pipe to the launcher, which relies on
+  // whole lines arriving promptly.
+  auto logger = std::make_shared<spdlog::logger>(
+      "ddl", std::make_shared<spdlog::sinks::stderr_sink_mt>());
+  logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%l] [" + std::string(host) + " " +
+                      std::string(role) + "] %v");
+  logger->set_level(level);
+  logger->flush_on(spdlog::level::trace);
+  spdlog::set_default_logger(std::move(logger));
+}
+
+}  // namespace ddl::logging

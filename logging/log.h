@@ -1,0 +1,26 @@
+// Logging for every program of the project: spdlog with the role (launcher or rank) and host in
+// every line, and one parser for the level names users type.
+#pragma once
+
+#include <spdlog/spdlog.h>
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace ddl::logging {
+
+// Parses debug|info|warn|warning|error (any case) or Paddle's numeric levels 10|20|30|40.
+// Throws std::invalid_argument quoting the text.
+spdlog::level::level_enum parse_level(std::string_view text);
+
+// Makes the process's default logger write to stderr as
+//   "[2026-12-02 13:00:00.123] [info] [host rank 3] message"
+// `role` is "launch" for the launcher and "rank N" for a worker.
+void init(std::string_view role, spdlog::level::level_enum level);
+
+// The role string for a worker of global rank `rank`.
+std::string rank_role(int rank);
+
+}  // namespace ddl::logging

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The README's main command: set up, build, and train the seed's MNIST net data-parallel on two
+# CPU workers, with per-rank logs in ./mylog. Extra arguments go to train_mnist.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bash "$root/scripts/setup.sh"
+bash "$root/scripts/build.sh"
+cd "$root"
+exec ./build/bin/launch --nproc_per_node=2 --log_dir ./mylog train_mnist "$@"

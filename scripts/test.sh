@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The README's test command: set up, build, run the whole suite through ctest.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bash "$root/scripts/setup.sh"
+bash "$root/scripts/build.sh"
+cd "$root/build"
+ctest --output-on-failure --timeout 900

@@ -1,0 +1,210 @@
+#include "env/contract.h"
+
+#include <gtest/gtest.h>
+
+#include "logging/log.h"
+
+namespace ddl::env {
+namespace {
+
+WorkerContract two_rank_contract(int rank) {
+  WorkerContract c;
+  c.rank = rank;
+  c.world_size = 2;
+  c.local_rank = rank;
+  c.local_world_size = 2;
+  c.endpoints = {{"127.0.0.1", 6170}, {"127.0.0.1", 6171}};
+  c.current = c.endpoints[rank];
+  c.job_id = "job-1";
+  c.secret = "s3cret";
+  c.rendezvous_timeout = std::chrono::milliseconds(1500);
+  c.restart_count = 2;
+  return c;
+}
+
+TEST(Endpoint, ParsesHostAndPort) {
+  Endpoint e = parse_endpoint("10.0.0.7:6170", "X");
+  EXPECT_EQ(e.host, "10.0.0.7");
+  EXPECT_EQ(e.port, 6170);
+  EXPECT_EQ(e.str(), "10.0.0.7:6170");
+}
+
+TEST(Endpoint, RejectsBadText) {
+  for (const char* bad : {"", "host", ":80", "h:", "h:0", "h:65536", "h:-1", "h:+5", "h:8x",
+                          "a b:80"}) {
+    EXPECT_THROW(parse_endpoint(bad, "X"), EnvError) << bad;
+  }
+}
+
+TEST(Endpoint, ErrorQuotesVariableAndValue) {
+  try {
+    parse_endpoint_list("127.0.0.1:1,oops", kTrainerEndpoints);
+    FAIL();
+  } catch (const EnvError& e) {
+    EXPECT_NE(std::string(e.what()).find("PADDLE_TRAINER_ENDPOINTS='127.0.0.1:1,oops'"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(NonNegativeInt, ParsesAndRejects) {
+  EXPECT_EQ(parse_non_negative_int("0", "N"), 0);
+  EXPECT_EQ(parse_non_negative_int("42", "N"), 42);
+  for (const char* bad : {"", "-1", "+1", "1.5", "x", " 1", "99999999999"}) {
+    EXPECT_THROW(parse_non_negative_int(bad, "N"), EnvError) << bad;
+  }
+}
+
+TEST(Contract, WriteThenReadBack) {
+  WorkerContract c = two_rank_contract(1);
+  c.gpu = 3;
+  EnvMap vars = to_env(c);
+  EXPECT_EQ(vars.at(kTrainerId), "1");
+  EXPECT_EQ(vars.at(kTrainersNum), "2");
+  EXPECT_EQ(vars.at(kCurrentEndpoint), "127.0.0.1:6171");
+  EXPECT_EQ(vars.at(kTrainerEndpoints), "127.0.0.1:6170,127.0.0.1:6171");
+  EXPECT_EQ(vars.at(kSelectedGpus), "3");
+  EXPECT_EQ(vars.at(kRank), "1");
+  EXPECT_EQ(vars.at(kLocalRank), "1");
+  EXPECT_EQ(vars.at(kWorldSize), "2");
+  EXPECT_EQ(vars.at(kLocalWorldSize), "2");
+  EXPECT_EQ(vars.at(kMasterAddr), "127.0.0.1");
+  EXPECT_EQ(vars.at(kMasterPort), "6170");
+
+  auto back = from_env(vars);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->rank, 1);
+  EXPECT_EQ(back->world_size, 2);
+  EXPECT_EQ(back->local_rank, 1);
+  EXPECT_EQ(back->local_world_size, 2);
+  EXPECT_EQ(back->current, c.current);
+  EXPECT_EQ(back->endpoints, c.endpoints);
+  EXPECT_EQ(back->gpu, 3);
+  EXPECT_EQ(back->job_id, "job-1");
+  EXPECT_EQ(back->secret, "s3cret");
+  EXPECT_EQ(back->rendezvous_timeout, std::chrono::milliseconds(1500));
+  EXPECT_EQ(back->restart_count, 2);
+}
+
+TEST(Contract, NoGpuMeansNoFlag) {
+  EnvMap vars = to_env(two_rank_contract(0));
+  EXPECT_EQ(vars.count(kSelectedGpus), 0u);
+  EXPECT_FALSE(from_env(vars)->gpu.has_value());
+}
+
+TEST(Contract, AbsentMeansWorldOfOne) {
+  EXPECT_FALSE(from_env(EnvMap{{"PATH", "/bin"}}).has_value());
+}
+
+TEST(Contract, LocalPlacementDerivedFromEndpointsWithoutTorchrunVars) {
+  EnvMap vars = {{kTrainerId, "3"},
+                 {kTrainersNum, "4"},
+                 {kCurrentEndpoint, "10.0.0.2:7001"},
+                 {kTrainerEndpoints, "10.0.0.1:7000,10.0.0.1:7001,10.0.0.2:7000,10.0.0.2:7001"}};
+  auto c = from_env(vars);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->local_rank, 1);
+  EXPECT_EQ(c->local_world_size, 2);
+}
+
+void expect_env_error(const EnvMap& vars, const std::string& fragment) {
+  try {
+    from_env(vars);
+    ADD_FAILURE() << "no error; expected one mentioning " << fragment;
+  } catch (const EnvError& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
+TEST(Contract, PartialOrInconsistentIsAClearError) {
+  EnvMap good = to_env(two_rank_contract(1));
+  EnvMap partial = good;
+  partial.erase(kTrainerEndpoints);
+  expect_env_error(partial, "PADDLE_TRAINER_ENDPOINTS is not set");
+
+  EnvMap rank_too_big = good;
+  rank_too_big[kTrainerId] = "2";
+  expect_env_error(rank_too_big, "PADDLE_TRAINER_ID='2'");
+
+  EnvMap count_mismatch = good;
+  count_mismatch[kTrainersNum] = "3";
+  expect_env_error(count_mismatch, "has 2 endpoints, expected PADDLE_TRAINERS_NUM=3");
+
+  EnvMap bad_endpoint = good;
+  bad_endpoint[kCurrentEndpoint] = "127.0.0.1";
+  expect_env_error(bad_endpoint, "PADDLE_CURRENT_ENDPOINT='127.0.0.1'");
+
+  EnvMap not_mine = good;
+  not_mine[kCurrentEndpoint] = "127.0.0.1:6170";
+  expect_env_error(not_mine, "is not entry 1 of PADDLE_TRAINER_ENDPOINTS");
+
+  EnvMap bad_gpu = good;
+  bad_gpu[kSelectedGpus] = "0,1";
+  expect_env_error(bad_gpu, "FLAGS_selected_gpus='0,1'");
+
+  EnvMap bad_timeout = good;
+  bad_timeout[kRendezvousTimeoutMs] = "0";
+  expect_env_error(bad_timeout, "DDL_RENDEZVOUS_TIMEOUT_MS='0'");
+}
+
+TEST(Contract, OmpThreads) {
+  EXPECT_EQ(default_omp_threads(8, 2), 4);
+  EXPECT_EQ(default_omp_threads(2, 4), 1);
+  EXPECT_EQ(default_omp_threads(3, 2), 1);
+  EXPECT_EQ(default_omp_threads(4, 0), 4);
+}
+
+TEST(CurrentEnvironment, SeesProcessVariables) {
+  EnvMap vars = current_environment();
+  EXPECT_TRUE(lookup(vars, "PATH").has_value());
+  EXPECT_FALSE(lookup(vars, "DDL_SURELY_NOT_SET_ANYWHERE").has_value());
+}
+
+TEST(Logging, ParsesNamesAndPaddleNumbers) {
+  EXPECT_EQ(logging::parse_level("debug"), spdlog::level::debug);
+  EXPECT_EQ(logging::parse_level("INFO"), spdlog::level::info);
+  EXPECT_EQ(logging::parse_level("30"), spdlog::level::warn);
+  EXPECT_EQ(logging::parse_level("40"), spdlog::level::err);
+  EXPECT_THROW(logging::parse_level("loud"), std::invalid_argument);
+  EXPECT_THROW(logging::parse_level("25"), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace ddl::env
+
+namespace ddl::env {
+namespace {
+
+TEST(Fault, ParsesEveryAction) {
+  FaultSpec f = parse_fault_spec("rank=1,step=30,exit=3,restart=0");
+  EXPECT_EQ(f.rank, 1);
+  EXPECT_EQ(f.step, 30);
+  EXPECT_EQ(f.action, FaultSpec::Action::kExit);
+  EXPECT_EQ(f.exit_code, 3);
+  EXPECT_EQ(f.restart, 0);
+  EXPECT_TRUE(f.fires(1, 30, 0));
+  EXPECT_FALSE(f.fires(1, 30, 1));
+  EXPECT_FALSE(f.fires(0, 30, 0));
+  EXPECT_FALSE(f.fires(1, 29, 0));
+  EXPECT_EQ(parse_fault_spec("step=2,abort,rank=0").action, FaultSpec::Action::kAbort);
+  FaultSpec hang = parse_fault_spec("rank=0,step=2,hang");
+  EXPECT_EQ(hang.action, FaultSpec::Action::kHang);
+  EXPECT_TRUE(hang.fires(0, 2, 5));
+}
+
+TEST(Fault, MalformedIsAClearError) {
+  for (const char* bad : {"", "rank=1", "rank=1,step=2", "rank=1,step=2,exit", "rank=x,step=2,abort",
+                          "rank=1,step=2,abort,hang", "rank=1,step=2,explode"}) {
+    try {
+      parse_fault_spec(bad);
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const EnvError& e) {
+      EXPECT_NE(std::string(e.what()).find("DDL_FAULT"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_FALSE(fault_spec(EnvMap{}).has_value());
+  EXPECT_TRUE(fault_spec(EnvMap{{kFault, "rank=0,step=1,abort"}}).has_value());
+}
+
+}  // namespace
+}  // namespace ddl::env
