@@ -10,6 +10,7 @@ packages=(
   g++ make cmake pkg-config ca-certificates
   libboost1.81-dev libcxxopts-dev nlohmann-json3-dev libspdlog-dev zlib1g-dev libgtest-dev
   libtorch-dev libgloo-dev
+  clang libclang-rt-14-dev
 )
 
 missing=()

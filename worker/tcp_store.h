@@ -26,6 +26,10 @@ struct TcpStoreOptions {
   // Deadline for the first connection (server not up yet): retries with bounded backoff, logging
   // at most every kConnectLogInterval which endpoint is not ready. Default 300 s.
   std::chrono::milliseconds connect_timeout{300'000};
+  // Deadline for the handshake reply and for every reply beyond the request's own timeout (a
+  // get or wait of T ms may take T + io_timeout): a store that stops answering is a StoreError,
+  // never a hang. Default 60 s.
+  std::chrono::milliseconds io_timeout{60'000};
 };
 
 inline constexpr std::chrono::milliseconds kConnectLogInterval{5'000};

@@ -1,0 +1,273 @@
+// The Store contract, checked against every implementation: MemoryStore and TcpStore (a loopback
+// TcpStoreServer with one TcpStore client per simulated rank).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/store/test_util.h"
+#include "worker/memory_store.h"
+#include "worker/store.h"
+#include "worker/tcp_store.h"
+
+namespace ddl {
+namespace {
+
+using std::chrono::milliseconds;
+using testing::elapsed_ms;
+
+// Upper slack for "returned soon after its timeout" (generous: CI machines are busy, and TSan).
+constexpr double kTimeoutSlackMs = 1500;
+
+Bytes bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
+std::string text(const Bytes& b) { return std::string(b.begin(), b.end()); }
+
+// Each environment hands out one Store per rank; all of them see the same data.
+class MemoryStoreEnv {
+ public:
+  std::shared_ptr<Store> client(int /*rank*/) {
+    return std::shared_ptr<Store>(std::shared_ptr<Store>(), &store_);  // non-owning
+  }
+
+ private:
+  MemoryStore store_;
+};
+
+class TcpStoreEnv {
+ public:
+  TcpStoreEnv() : server_(testing::loopback_options(0)) {}
+  std::shared_ptr<Store> client(int rank) {
+    return std::make_shared<TcpStore>(testing::loopback_options(server_.port(), rank, 16));
+  }
+
+ private:
+  TcpStoreServer server_;
+};
+
+template <class Env>
+class StoreTest : public ::testing::Test {
+ protected:
+  Env env_;
+};
+
+using StoreEnvs = ::testing::Types<MemoryStoreEnv, TcpStoreEnv>;
+class EnvNames {
+ public:
+  template <class T>
+  static std::string GetName(int) {
+    return std::is_same_v<T, MemoryStoreEnv> ? "Memory" : "Tcp";
+  }
+};
+TYPED_TEST_SUITE(StoreTest, StoreEnvs, EnvNames);
+
+// Runs fn(rank) on `n` threads and returns the messages of any exceptions they threw.
+template <class Fn>
+std::vector<std::string> run_ranks(int n, Fn fn) {
+  std::mutex mu;
+  std::vector<std::string> errors;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        fn(r);
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(mu);
+        errors.push_back("rank " + std::to_string(r) + ": " + e.what());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+TYPED_TEST(StoreTest, SetThenGetReturnsTheValue) {
+  auto store = this->env_.client(0);
+  const Bytes binary{'a', '\0', 'b', '\xff', '\n'};
+  store->set("binary", binary);
+  store->set("empty", Bytes{});
+  EXPECT_EQ(store->get("binary", milliseconds(1000)), binary);
+  EXPECT_EQ(store->get("empty", milliseconds(1000)), Bytes{});
+}
+
+TYPED_TEST(StoreTest, SetReplacesAndOtherClientsSeeIt) {
+  auto a = this->env_.client(0);
+  auto b = this->env_.client(1);
+  a->set("k", bytes("one"));
+  a->set("k", bytes("two"));
+  EXPECT_EQ(text(b->get("k", milliseconds(1000))), "two");
+}
+
+TYPED_TEST(StoreTest, GetWaitsForAValueSetLater) {
+  auto getter = this->env_.client(0);
+  auto setter = this->env_.client(1);
+  Bytes got;
+  std::thread t([&] { got = getter->get("late", milliseconds(10'000)); });
+  setter->set("late", bytes("here"));
+  t.join();
+  EXPECT_EQ(text(got), "here");
+}
+
+TYPED_TEST(StoreTest, GetTimeoutIsHonoured) {
+  auto store = this->env_.client(0);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    store->get("never", milliseconds(250));
+    FAIL() << "get on a key nobody sets returned";
+  } catch (const StoreTimeout& e) {
+    const double ms = elapsed_ms(start);
+    EXPECT_GE(ms, 250.0);
+    EXPECT_LT(ms, 250.0 + kTimeoutSlackMs);
+    EXPECT_NE(std::string(e.what()).find("'never'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("250 ms"), std::string::npos) << e.what();
+  }
+}
+
+TYPED_TEST(StoreTest, ZeroTimeoutDoesNotWait) {
+  auto store = this->env_.client(0);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW(store->get("absent", milliseconds(0)), StoreTimeout);
+  EXPECT_THROW(store->wait({"absent"}, milliseconds(0)), StoreTimeout);
+  EXPECT_LT(elapsed_ms(start), kTimeoutSlackMs);
+  store->set("present", bytes("x"));
+  EXPECT_NO_THROW(store->wait({"present"}, milliseconds(0)));
+}
+
+TYPED_TEST(StoreTest, AddCountsFromZeroAndIsReadableAsText) {
+  auto store = this->env_.client(0);
+  EXPECT_EQ(store->add("counter", 1), 1);
+  EXPECT_EQ(store->add("counter", 5), 6);
+  EXPECT_EQ(store->add("counter", -8), -2);
+  EXPECT_EQ(text(store->get("counter", milliseconds(1000))), "-2");
+}
+
+TYPED_TEST(StoreTest, AddOnANonIntegerValueFailsAndTheStoreStaysUsable) {
+  auto store = this->env_.client(0);
+  store->set("word", bytes("hello"));
+  try {
+    store->add("word", 1);
+    FAIL() << "add on 'hello' succeeded";
+  } catch (const StoreError& e) {
+    EXPECT_NE(std::string(e.what()).find("'word'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("not a decimal"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(store->add("other", 2), 2);
+}
+
+TYPED_TEST(StoreTest, CheckDoesNotWait) {
+  auto store = this->env_.client(0);
+  store->set("a", bytes("1"));
+  EXPECT_TRUE(store->check({"a"}));
+  EXPECT_FALSE(store->check({"a", "b"}));
+  EXPECT_TRUE(store->check({}));
+  store->add("b", 1);
+  EXPECT_TRUE(store->check({"a", "b"}));
+}
+
+TYPED_TEST(StoreTest, WaitReturnsOnceEveryKeyIsSet) {
+  auto waiter = this->env_.client(0);
+  auto setter = this->env_.client(1);
+  std::string error;
+  std::thread t([&] {
+    try {
+      waiter->wait({"x", "y", "z"}, milliseconds(10'000));
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  });
+  setter->set("x", bytes("1"));
+  setter->add("y", 1);
+  setter->set("z", bytes("1"));
+  t.join();
+  EXPECT_EQ(error, "");
+}
+
+TYPED_TEST(StoreTest, WaitTimeoutNamesOnlyTheMissingKeys) {
+  auto store = this->env_.client(0);
+  store->set("here", bytes("1"));
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    store->wait({"here", "gone"}, milliseconds(300));
+    FAIL() << "wait returned with a key missing";
+  } catch (const StoreTimeout& e) {
+    const double ms = elapsed_ms(start);
+    EXPECT_GE(ms, 300.0);
+    EXPECT_LT(ms, 300.0 + kTimeoutSlackMs);
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("missing: 'gone'"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("'here'"), std::string::npos) << msg;
+  }
+}
+
+TYPED_TEST(StoreTest, ManyConcurrentClientsAddAtomically) {
+  constexpr int kClients = 16;
+  constexpr int kAddsEach = 50;
+  std::mutex mu;
+  std::vector<std::int64_t> seen;
+  auto errors = run_ranks(kClients, [&](int rank) {
+    auto store = this->env_.client(rank);
+    for (int i = 0; i < kAddsEach; ++i) {
+      const std::int64_t v = store->add("shared", 1);
+      std::lock_guard<std::mutex> lock(mu);
+      seen.push_back(v);
+    }
+    store->set("done/" + std::to_string(rank), bytes("1"));
+  });
+  ASSERT_TRUE(errors.empty()) << errors.front();
+  // Every add returned a distinct value: 1..N, none lost, none repeated.
+  std::sort(seen.begin(), seen.end());
+  ASSERT_EQ(seen.size(), static_cast<std::size_t>(kClients * kAddsEach));
+  for (std::size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], static_cast<std::int64_t>(i + 1));
+  auto reader = this->env_.client(0);
+  EXPECT_EQ(text(reader->get("shared", milliseconds(1000))), std::to_string(kClients * kAddsEach));
+}
+
+TYPED_TEST(StoreTest, BarrierReleasesEveryRankOnlyAfterAllArrived) {
+  constexpr int kWorld = 4;
+  auto errors = run_ranks(kWorld, [&](int rank) {
+    auto store = this->env_.client(rank);
+    store->set("before/" + std::to_string(rank), bytes("1"));
+    barrier(*store, "init", rank, kWorld, milliseconds(10'000));
+    for (int r = 0; r < kWorld; ++r) {
+      if (!store->check({"before/" + std::to_string(r)})) {
+        throw std::runtime_error("passed the barrier before rank " + std::to_string(r) +
+                                 " arrived");
+      }
+    }
+    barrier(*store, "second", rank, kWorld, milliseconds(10'000));
+  });
+  EXPECT_TRUE(errors.empty()) << errors.front();
+}
+
+TYPED_TEST(StoreTest, BarrierTimeoutNamesTheMissingRank) {
+  constexpr int kWorld = 3;
+  std::mutex mu;
+  std::vector<std::string> messages;
+  const auto start = std::chrono::steady_clock::now();
+  auto errors = run_ranks(2, [&](int rank) {  // rank 2 never comes
+    auto store = this->env_.client(rank);
+    try {
+      barrier(*store, "join", rank, kWorld, milliseconds(300));
+    } catch (const StoreTimeout& e) {
+      std::lock_guard<std::mutex> lock(mu);
+      messages.push_back(e.what());
+    }
+  });
+  ASSERT_TRUE(errors.empty()) << errors.front();
+  EXPECT_LT(elapsed_ms(start), 300.0 + kTimeoutSlackMs);
+  ASSERT_EQ(messages.size(), 2u);
+  for (const auto& m : messages) {
+    EXPECT_EQ(m, "barrier 'join' timed out after 300 ms: 2/3 ranks arrived (0,1); missing: 2");
+  }
+}
+
+TYPED_TEST(StoreTest, BarrierRejectsARankOutsideTheWorld) {
+  auto store = this->env_.client(0);
+  EXPECT_THROW(barrier(*store, "bad", 3, 3, milliseconds(100)), StoreError);
+}
+
+}  // namespace
+}  // namespace ddl
