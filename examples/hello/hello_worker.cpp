@@ -1,0 +1,176 @@
+// hello_worker: the smallest worker `launch` can start. It reads its place in the job from the
+// environment contract, prints it, and then behaves as its flags say, which the launcher's tests
+// use to play a well-behaved or a failing rank:
+//   --lines N          print N numbered lines            --sleep_ms N     then sleep N ms
+//   --exit_code N      exit with N at the end            --fail_rank R    only rank R exits with
+//                                                                          --exit_code, at once
+//   --kill_self SIG    the failing rank(s) die by SIG    --spawn_child    fork a sleeping
+//   grandchild
+//   --ignore_sigterm   ignore SIGTERM                    --split_writes   write each line in pieces
+//   --ignore_signals   ignore SIGINT, SIGTERM, SIGHUP    --show_env NAME  print NAME's value too
+//   -- ARGS...         print each of ARGS as "ARG <arg>"
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "env/contract.h"
+#include "logging/log.h"
+
+namespace {
+
+struct HelloOptions {
+  int lines = 0;
+  int sleep_ms = 0;
+  int exit_code = 0;
+  std::optional<int> fail_rank;
+  int kill_self = 0;
+  bool spawn_child = false;
+  bool ignore_sigterm = false;
+  bool split_writes = false;
+  bool ignore_signals = false;
+  std::vector<std::string> show_env;
+  std::vector<std::string> echo_args;
+};
+
+void write_all(const std::string& text) {
+  const char* p = text.data();
+  std::size_t left = text.size();
+  while (left > 0) {
+    ssize_t n = ::write(STDOUT_FILENO, p, left);
+    if (n <= 0) return;
+    p += n;
+    left -= static_cast<std::size_t>(n);
+  }
+}
+
+void say(const std::string& line) { write_all(line + "\n"); }
+
+int parse_int(const std::string& flag, const char* text) {
+  try {
+    return ddl::env::parse_non_negative_int(text ? text : "", flag);
+  } catch (const ddl::env::EnvError& e) {
+    say(std::string("hello_worker: ") + e.what());
+    std::exit(2);
+  }
+}
+
+HelloOptions parse(int argc, char** argv) {
+  HelloOptions o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
+    if (a == "--lines")
+      o.lines = parse_int(a, value());
+    else if (a == "--sleep_ms")
+      o.sleep_ms = parse_int(a, value());
+    else if (a == "--exit_code")
+      o.exit_code = parse_int(a, value());
+    else if (a == "--fail_rank")
+      o.fail_rank = parse_int(a, value());
+    else if (a == "--kill_self")
+      o.kill_self = parse_int(a, value());
+    else if (a == "--spawn_child")
+      o.spawn_child = true;
+    else if (a == "--ignore_sigterm")
+      o.ignore_sigterm = true;
+    else if (a == "--split_writes")
+      o.split_writes = true;
+    else if (a == "--ignore_signals")
+      o.ignore_signals = true;
+    else if (a == "--show_env" && i + 1 < argc)
+      o.show_env.emplace_back(argv[++i]);
+    else if (a == "--") {
+      o.echo_args.assign(argv + i + 1, argv + argc);
+      break;
+    } else {
+      say("hello_worker: unknown argument '" + a + "'");
+      std::exit(2);
+    }
+  }
+  return o;
+}
+
+[[noreturn]] void finish(const HelloOptions& o) {
+  if (o.kill_self > 0) {
+    ::signal(o.kill_self, SIG_DFL);
+    ::kill(::getpid(), o.kill_self);
+  }
+  std::exit(o.exit_code);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const HelloOptions o = parse(argc, argv);
+  const ddl::env::EnvMap env = ddl::env::current_environment();
+
+  std::optional<ddl::env::WorkerContract> contract;
+  try {
+    contract = ddl::env::from_env(env);
+  } catch (const ddl::env::EnvError& e) {
+    say(std::string("hello_worker: bad environment: ") + e.what());
+    return 2;
+  }
+  const int rank = contract ? contract->rank : 0;
+  ddl::logging::init(ddl::logging::rank_role(rank), spdlog::level::info);
+
+  if (o.ignore_sigterm) ::signal(SIGTERM, SIG_IGN);
+  if (o.ignore_signals) {
+    for (int signo : {SIGINT, SIGTERM, SIGHUP}) ::signal(signo, SIG_IGN);
+  }
+
+  if (contract) {
+    say("hello from rank " + std::to_string(contract->rank) + " of " +
+        std::to_string(contract->world_size) + " (local rank " +
+        std::to_string(contract->local_rank) + " of " + std::to_string(contract->local_world_size) +
+        "), endpoint " + contract->current.str() + ", gpu " +
+        (contract->gpu ? std::to_string(*contract->gpu) : std::string("none")));
+  } else {
+    say("hello from a world of one (no worker contract in the environment)");
+  }
+  using namespace ddl::env;
+  for (const char* name :
+       {kTrainerId, kTrainersNum, kCurrentEndpoint, kTrainerEndpoints, kSelectedGpus, kRank,
+        kLocalRank, kWorldSize, kLocalWorldSize, kMasterAddr, kMasterPort, kOmpNumThreads, kJobId,
+        kRendezvousTimeoutMs, kLogLevel}) {
+    say(std::string("ENV ") + name + "=" + lookup(env, name).value_or("<unset>"));
+  }
+  for (const std::string& name : o.show_env) {
+    say("ENV " + name + "=" + lookup(env, name).value_or("<unset>"));
+  }
+  for (const std::string& arg : o.echo_args) say("ARG " + arg);
+  spdlog::info("this line goes to stderr");
+
+  for (int i = 0; i < o.lines; ++i) {
+    const std::string head = "rank " + std::to_string(rank) + " line " + std::to_string(i);
+    const std::string body = " of " + std::to_string(o.lines) + " " + std::string(40, 'x');
+    if (o.split_writes) {
+      write_all(head);
+      std::this_thread::yield();
+      write_all(body + "\n");
+    } else {
+      say(head + body);
+    }
+  }
+
+  if (o.spawn_child) {
+    pid_t child = ::fork();
+    if (child == 0) {
+      for (int i = 0; i < 600; ++i) ::usleep(100'000);  // sleeps a minute unless killed
+      ::_exit(0);
+    }
+    if (child > 0) say("CHILD " + std::to_string(child));
+  }
+  say("READY pid " + std::to_string(::getpid()) + " pgid " + std::to_string(::getpgrp()));
+
+  if (o.fail_rank && *o.fail_rank == rank) finish(o);
+  if (o.sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.sleep_ms));
+  if (o.fail_rank) return 0;
+  finish(o);
+}

@@ -1,0 +1,23 @@
+// Free TCP ports for the workers of one node.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace ddl::launcher {
+
+// The address could not be bound at all (not a local address, no free ports, ...).
+class PortError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Returns `count` distinct ports that were bindable on IPv4 `host` a moment ago: all sockets are
+// bound to port 0 at the same time (so the kernel never hands out one twice) and closed before
+// returning. Another process may still take a port before a worker binds it; workers should treat
+// "address in use" as a launch failure. Throws PortError naming the host and the errno text.
+std::vector<std::uint16_t> pick_free_ports(const std::string& host, int count);
+
+}  // namespace ddl::launcher

@@ -1,0 +1,442 @@
+// Runs the built `launch` on hello_worker and checks what users see: logs, exit codes, and that
+// no process of the job survives the launcher.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <optional>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "env/contract.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+const std::string kBin = DDL_BIN_DIR;
+const std::string kLaunch = kBin + "/launch";
+const std::string kHello = kBin + "/hello_worker";
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// Polls `done` every 10 ms until it holds or `timeout` passes.
+bool wait_until(const std::function<bool()>& done, milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (!done()) {
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  return true;
+}
+
+// Field `n` (1-based, as in proc(5)) of /proc/<pid>/stat, if the process exists.
+std::optional<std::string> stat_field(pid_t pid, int n) {
+  std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  const std::size_t paren = stat.rfind(')');
+  if (stat.empty() || paren == std::string::npos) return std::nullopt;
+  std::istringstream rest(stat.substr(paren + 2));
+  std::string field;
+  for (int i = 3; i <= n && rest >> field; ++i) {
+  }
+  return field;
+}
+
+// Alive = exists and is not a zombie (orphans whose reaper is slow do not count).
+bool alive(pid_t pid) {
+  auto state = stat_field(pid, 3);
+  return state && *state != "Z" && *state != "X";
+}
+
+// Live processes whose process group is one of `groups`.
+std::vector<pid_t> live_members(const std::set<pid_t>& groups) {
+  std::vector<pid_t> found;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = std::stoi(name);
+    auto pgrp = stat_field(pid, 5);
+    if (pgrp && groups.count(std::stoi(*pgrp)) && alive(pid)) found.push_back(pid);
+  }
+  return found;
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "ddl_launch_test.XXXXXX").string();
+    path_ = ::mkdtemp(tmpl.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+// One run of `launch` with stdout and stderr captured in files.
+class LaunchRun {
+ public:
+  LaunchRun(const TempDir& dir, const std::vector<std::string>& args,
+            ddl::env::EnvMap overrides = {})
+      : out_(dir.path() / "stdout"), err_(dir.path() / "stderr") {
+    ddl::env::EnvMap env = ddl::env::current_environment();
+    env.erase(ddl::env::kOmpNumThreads);
+    env.erase(ddl::env::kLogLevel);
+    for (const auto& [k, v] : overrides) env[k] = v;
+    std::vector<std::string> argv{kLaunch};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<std::string> envv;
+    for (const auto& [k, v] : env) envv.push_back(k + "=" + v);
+    std::vector<char*> cargv, cenv;
+    for (auto& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    for (auto& e : envv) cenv.push_back(e.data());
+    cenv.push_back(nullptr);
+    started_ = Clock::now();
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      int o = ::open(out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      int e = ::open(err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(o, 1);
+      ::dup2(e, 2);
+      ::execve(cargv[0], cargv.data(), cenv.data());
+      ::_exit(126);
+    }
+  }
+  ~LaunchRun() {
+    if (!exit_code_ && pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  pid_t pid() const { return pid_; }
+
+  // The exit code (128+signal when killed), or nullopt if it is still running after `timeout`.
+  std::optional<int> wait(milliseconds timeout) {
+    if (exit_code_) return exit_code_;
+    int status = 0;
+    const bool done =
+        wait_until([&] { return ::waitpid(pid_, &status, WNOHANG) == pid_; }, timeout);
+    if (!done) return std::nullopt;
+    elapsed_ = std::chrono::duration_cast<milliseconds>(Clock::now() - started_);
+    exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return exit_code_;
+  }
+
+  milliseconds elapsed() const { return elapsed_; }
+  std::string out() const { return read_file(out_); }
+  std::string err() const { return read_file(err_); }
+
+  // Worker pids (= their process groups) from the launcher's debug log "started rank N as pid P".
+  std::map<int, pid_t> worker_pids() const {
+    std::map<int, pid_t> pids;
+    static const std::regex started(R"(started rank (\d+) as pid (\d+))");
+    const std::string text = err();
+    for (std::sregex_iterator it(text.begin(), text.end(), started), end; it != end; ++it) {
+      pids[std::stoi((*it)[1])] = std::stoi((*it)[2]);
+    }
+    return pids;
+  }
+
+ private:
+  fs::path out_, err_;
+  pid_t pid_ = -1;
+  Clock::time_point started_;
+  milliseconds elapsed_{0};
+  std::optional<int> exit_code_;
+};
+
+std::set<pid_t> groups_of(const std::map<int, pid_t>& pids) {
+  std::set<pid_t> groups;
+  for (const auto& [rank, pid] : pids) groups.insert(pid);
+  return groups;
+}
+
+// Waits until every worker log in `dir` for ranks [0, n) says READY.
+bool all_ready(const fs::path& dir, int n, milliseconds timeout) {
+  return wait_until(
+      [&] {
+        for (int r = 0; r < n; ++r) {
+          if (!contains(read_file(dir / ("workerlog." + std::to_string(r))), "READY")) return false;
+        }
+        return true;
+      },
+      timeout);
+}
+
+void expect_nothing_left(const std::map<int, pid_t>& pids) {
+  const std::set<pid_t> groups = groups_of(pids);
+  EXPECT_TRUE(wait_until([&] { return live_members(groups).empty(); }, milliseconds(2000)))
+      << live_members(groups).size() << " process(es) of the job still alive";
+}
+
+TEST(Launch, LogsLandInWorkerlogsWithEachRanksEnv) {
+  TempDir tmp;
+  const fs::path logs = tmp.path() / "logs" / "nested";  // created by the launcher
+  fs::create_directories(logs);
+  std::ofstream(logs / "workerlog.1") << "STALE LINE FROM AN EARLIER JOB\n";
+  LaunchRun run(tmp,
+                {"--nproc_per_node=3", "--log_dir", logs.string(), "--log_level=debug",
+                 "hello_worker", "--lines", "5", "--show_env", "DDL_TEST_PASSTHROUGH"},
+                {{"DDL_TEST_PASSTHROUGH", "kept"}});
+  ASSERT_EQ(run.wait(milliseconds(20'000)), 0) << run.err();
+  const std::string out = run.out();
+  EXPECT_TRUE(contains(out, "----------- Configuration Arguments -----------")) << out;
+  EXPECT_TRUE(contains(out, "PADDLE_TRAINER_ID=2\n")) << "print_config shows each rank's env";
+  EXPECT_TRUE(contains(out, "hello from rank 0 of 3")) << "rank 0 is echoed to the console";
+  EXPECT_FALSE(contains(out, "hello from rank 1")) << "other ranks only go to their logs";
+  EXPECT_TRUE(contains(run.err(), "OMP_NUM_THREADS is not set")) << run.err();
+
+  std::string endpoints;
+  for (int r = 0; r < 3; ++r) {
+    const std::string log = read_file(logs / ("workerlog." + std::to_string(r)));
+    SCOPED_TRACE("workerlog." + std::to_string(r) + ":\n" + log);
+    const std::string R = std::to_string(r);
+    EXPECT_FALSE(contains(log, "STALE")) << "logs are truncated when the job starts";
+    EXPECT_TRUE(contains(log, "hello from rank " + R + " of 3 (local rank " + R + " of 3)"));
+    EXPECT_TRUE(contains(log, "ENV PADDLE_TRAINER_ID=" + R + "\n"));
+    EXPECT_TRUE(contains(log, "ENV PADDLE_TRAINERS_NUM=3\n"));
+    EXPECT_TRUE(contains(log, "ENV RANK=" + R + "\n"));
+    EXPECT_TRUE(contains(log, "ENV LOCAL_RANK=" + R + "\n"));
+    EXPECT_TRUE(contains(log, "ENV WORLD_SIZE=3\n"));
+    EXPECT_TRUE(contains(log, "ENV LOCAL_WORLD_SIZE=3\n"));
+    EXPECT_TRUE(contains(log, "ENV MASTER_ADDR=127.0.0.1\n"));
+    EXPECT_TRUE(contains(log, "ENV FLAGS_selected_gpus=<unset>\n"));
+    EXPECT_TRUE(contains(log, "ENV OMP_NUM_THREADS="));
+    EXPECT_FALSE(contains(log, "ENV OMP_NUM_THREADS=<unset>"));
+    EXPECT_TRUE(contains(log, "ENV DDL_TEST_PASSTHROUGH=kept\n")) << "caller's env passes through";
+    EXPECT_TRUE(contains(log, "ENV DDL_LOG_LEVEL=debug\n"));
+    EXPECT_TRUE(contains(log, "this line goes to stderr")) << "stderr lands in the log too";
+    EXPECT_TRUE(contains(log, "rank " + R + " line 4 of 5"));
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(log, m, std::regex("ENV PADDLE_TRAINER_ENDPOINTS=(\\S+)")));
+    if (r == 0) endpoints = m[1];
+    EXPECT_EQ(m[1], endpoints) << "every rank sees the same endpoint list";
+    const auto list = ddl::env::parse_endpoint_list(endpoints, "endpoints");
+    ASSERT_EQ(list.size(), 3u);
+    EXPECT_TRUE(contains(log, "ENV PADDLE_CURRENT_ENDPOINT=" + list[r].str() + "\n"));
+    EXPECT_TRUE(contains(log, "ENV MASTER_PORT=" + std::to_string(list[0].port) + "\n"));
+  }
+}
+
+TEST(Launch, GpusQuietAndCallerOmp) {
+  TempDir tmp;
+  LaunchRun run(tmp,
+                {"--gpus=3,5", "--log_dir=" + (tmp.path() / "logs").string(), "--quiet",
+                 "--print_config=false", "hello_worker"},
+                {{"OMP_NUM_THREADS", "7"}});
+  ASSERT_EQ(run.wait(milliseconds(20'000)), 0) << run.err();
+  EXPECT_EQ(run.out(), "") << "--quiet and --print_config=false leave the console to the launcher";
+  const std::string log0 = read_file(tmp.path() / "logs" / "workerlog.0");
+  const std::string log1 = read_file(tmp.path() / "logs" / "workerlog.1");
+  EXPECT_TRUE(contains(log0, "ENV FLAGS_selected_gpus=3\n")) << log0;
+  EXPECT_TRUE(contains(log1, "ENV FLAGS_selected_gpus=5\n")) << log1;
+  EXPECT_TRUE(contains(log1, "ENV OMP_NUM_THREADS=7\n")) << "the caller's setting wins";
+  EXPECT_FALSE(contains(run.err(), "OMP_NUM_THREADS is not set")) << run.err();
+}
+
+TEST(Launch, WorkerArgumentsPassUntouched) {
+  TempDir tmp;
+  LaunchRun run(tmp, {"--print_config=false", "hello_worker", "--", "--nproc_per_node=5",
+                      "--log_dir", "two words", ""});
+  ASSERT_EQ(run.wait(milliseconds(20'000)), 0) << run.err();
+  const std::string out = run.out();
+  EXPECT_TRUE(contains(out, "[rank 0] ARG --nproc_per_node=5\n")) << out;
+  EXPECT_TRUE(contains(out, "[rank 0] ARG --log_dir\n")) << out;
+  EXPECT_TRUE(contains(out, "[rank 0] ARG two words\n")) << out;
+  EXPECT_TRUE(contains(out, "[rank 0] ARG \n")) << out;
+  EXPECT_FALSE(contains(out, "[rank 1]")) << "one worker only";
+}
+
+TEST(Launch, ConsoleLinesArePrefixedAndNeverInterleaved) {
+  TempDir tmp;
+  constexpr int kRanks = 3, kLines = 300;
+  LaunchRun run(tmp, {"--nproc_per_node=" + std::to_string(kRanks), "--print_config=false",
+                      "hello_worker", "--lines", std::to_string(kLines), "--split_writes"});
+  ASSERT_EQ(run.wait(milliseconds(30'000)), 0) << run.err();
+  std::istringstream out(run.out());
+  std::string line;
+  std::map<int, int> counted;
+  const std::regex prefixed(R"(\[rank (\d+)\] (.*))");
+  const std::regex numbered(R"(rank (\d+) line (\d+) of (\d+) x{40})");
+  while (std::getline(out, line)) {
+    std::smatch m, n;
+    ASSERT_TRUE(std::regex_match(line, m, prefixed)) << "unprefixed line: '" << line << "'";
+    const std::string body = m[2];
+    if (body.rfind("rank ", 0) != 0) continue;  // the greeting and ENV lines
+    ASSERT_TRUE(std::regex_match(body, n, numbered)) << "mangled line: '" << line << "'";
+    EXPECT_EQ(m[1], n[1]) << "a line of rank " << n[1] << " under the prefix of rank " << m[1];
+    ++counted[std::stoi(m[1])];
+  }
+  for (int r = 0; r < kRanks; ++r) EXPECT_EQ(counted[r], kLines) << "rank " << r;
+}
+
+TEST(Launch, FailingRankStopsTheJobQuickly) {
+  TempDir tmp;
+  const fs::path logs = tmp.path() / "logs";
+  LaunchRun run(tmp, {"--nproc_per_node=3", "--log_dir", logs.string(), "--log_level=debug",
+                      "--print_config=false", "hello_worker", "--fail_rank", "1", "--exit_code",
+                      "3", "--sleep_ms", "60000", "--spawn_child"});
+  // The default kill timeout is 10 s; the others die at SIGTERM, so this is far quicker.
+  ASSERT_EQ(run.wait(milliseconds(8000)), 3) << run.err();
+  EXPECT_LT(run.elapsed(), milliseconds(5000));
+  const std::string err = run.err();
+  EXPECT_TRUE(contains(err, "job failed: rank 1")) << err;
+  EXPECT_TRUE(contains(err, "exited with code 3")) << err;
+  EXPECT_TRUE(contains(err, (logs / "workerlog.1").string())) << err;
+  EXPECT_TRUE(contains(err, "READY pid")) << "the summary repeats the last lines: " << err;
+  const auto pids = run.worker_pids();
+  ASSERT_EQ(pids.size(), 3u) << err;
+  expect_nothing_left(pids);
+}
+
+TEST(Launch, WorkerIgnoringSigtermIsKilledAfterKillTimeout) {
+  TempDir tmp;
+  const fs::path logs = tmp.path() / "logs";
+  LaunchRun run(tmp, {"--nproc_per_node=2", "--kill_timeout=0.5", "--log_level=debug", "--log_dir",
+                      logs.string(), "--print_config=false", "hello_worker", "--sleep_ms", "60000",
+                      "--ignore_sigterm"});
+  // Both must be past their signal setup before rank 1 "crashes".
+  ASSERT_TRUE(all_ready(logs, 2, milliseconds(10'000))) << run.err();
+  const auto pids = run.worker_pids();
+  ASSERT_EQ(pids.size(), 2u) << run.err();
+  const auto crashed = Clock::now();
+  ::kill(pids.at(1), SIGABRT);
+  ASSERT_EQ(run.wait(milliseconds(8000)), 128 + SIGABRT) << run.err();
+  const auto took = std::chrono::duration_cast<milliseconds>(Clock::now() - crashed);
+  EXPECT_GE(took, milliseconds(450)) << "rank 0 ignores SIGTERM: only SIGKILL after 0.5 s stops it";
+  EXPECT_LT(took, milliseconds(5000));
+  const std::string err = run.err();
+  EXPECT_TRUE(contains(err, "job failed: rank 1")) << err;
+  EXPECT_TRUE(contains(err, "killed by SIGABRT")) << err;
+  EXPECT_TRUE(contains(err, "rank 0 (pid " + std::to_string(pids.at(0)) + ") still running"))
+      << err;
+  expect_nothing_left(pids);
+}
+
+class LaunchSignal : public ::testing::TestWithParam<int> {};
+
+TEST_P(LaunchSignal, ForwardedAndNothingLeft) {
+  const int signo = GetParam();
+  TempDir tmp;
+  const fs::path logs = tmp.path() / "logs";
+  LaunchRun run(tmp,
+                {"--nproc_per_node=2", "--log_dir", logs.string(), "--log_level=debug",
+                 "--print_config=false", "hello_worker", "--sleep_ms", "60000", "--spawn_child"});
+  ASSERT_TRUE(all_ready(logs, 2, milliseconds(10'000))) << run.err();
+  ::kill(run.pid(), signo);
+  ASSERT_EQ(run.wait(milliseconds(5000)), 128 + signo) << run.err();
+  const auto pids = run.worker_pids();
+  ASSERT_EQ(pids.size(), 2u) << run.err();
+  expect_nothing_left(pids);
+}
+
+INSTANTIATE_TEST_SUITE_P(Launcher, LaunchSignal, ::testing::Values(SIGINT, SIGTERM, SIGHUP));
+
+TEST(Launch, SecondSigintKillsAtOnce) {
+  TempDir tmp;
+  const fs::path logs = tmp.path() / "logs";
+  LaunchRun run(tmp, {"--nproc_per_node=2", "--log_dir", logs.string(), "--log_level=debug",
+                      "--kill_timeout=60", "--print_config=false", "hello_worker", "--sleep_ms",
+                      "60000", "--ignore_signals"});
+  ASSERT_TRUE(all_ready(logs, 2, milliseconds(10'000))) << run.err();
+  ::kill(run.pid(), SIGINT);
+  ASSERT_TRUE(
+      wait_until([&] { return contains(run.err(), "received SIGINT"); }, milliseconds(5000)))
+      << run.err();
+  EXPECT_FALSE(run.wait(milliseconds(300))) << "workers ignore SIGINT, so the job goes on";
+  ::kill(run.pid(), SIGINT);
+  ASSERT_EQ(run.wait(milliseconds(5000)), 128 + SIGINT) << run.err();
+  expect_nothing_left(run.worker_pids());
+}
+
+TEST(Launch, SigkillToLauncherTakesTheWorkersAlong) {
+  TempDir tmp;
+  const fs::path logs = tmp.path() / "logs";
+  LaunchRun run(tmp,
+                {"--nproc_per_node=2", "--log_dir", logs.string(), "--log_level=debug",
+                 "--print_config=false", "hello_worker", "--sleep_ms", "60000", "--spawn_child"});
+  ASSERT_TRUE(all_ready(logs, 2, milliseconds(10'000))) << run.err();
+  const auto pids = run.worker_pids();
+  ASSERT_EQ(pids.size(), 2u) << run.err();
+  ::kill(run.pid(), SIGKILL);
+  ASSERT_EQ(run.wait(milliseconds(5000)), 128 + SIGKILL);
+  for (const auto& [rank, pid] : pids) {
+    EXPECT_TRUE(wait_until([&] { return !alive(pid); }, milliseconds(2000)))
+        << "rank " << rank << " (pid " << pid << ") outlived a SIGKILLed launcher";
+  }
+  // The workers' own children (the watchdog's part) go too.
+  expect_nothing_left(pids);
+}
+
+TEST(Launch, MissingOrNonExecutableWorkerIs127) {
+  TempDir tmp;
+  const fs::path plain = tmp.path() / "not_executable";
+  std::ofstream(plain) << "#!/bin/sh\necho hi\n";
+  fs::permissions(plain, fs::perms::owner_read | fs::perms::owner_write);
+  for (const std::string& worker : {std::string("/nonexistent/worker"),
+                                    std::string("no_such_worker_anywhere"), plain.string()}) {
+    LaunchRun run(tmp, {"--log_dir", (tmp.path() / "logs").string(), worker});
+    ASSERT_EQ(run.wait(milliseconds(10'000)), 127) << run.err();
+    EXPECT_TRUE(contains(run.err(), worker)) << run.err();
+    EXPECT_EQ(run.out(), "") << "nothing starts, nothing is printed";
+    EXPECT_FALSE(fs::exists(tmp.path() / "logs")) << "nothing was set up";
+  }
+}
+
+TEST(Launch, BadFlagsExit2NamingTheFlag) {
+  TempDir tmp;
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--nproc_per_node=0", "--nproc_per_node"},
+      {"--gpus=a", "--gpus"},
+      {"--bogus", "--bogus"},
+      {"--log_level=loud", "--log_level"},
+      {"--started_port=70000", "--started_port"},
+      {"--node_ip=10.1.1.1", "--node_ip"}};
+  for (const auto& [flag, name] : cases) {
+    LaunchRun run(tmp, {flag, "hello_worker"});
+    ASSERT_EQ(run.wait(milliseconds(10'000)), 2) << flag << ": " << run.err();
+    EXPECT_TRUE(contains(run.err(), name)) << run.err();
+    EXPECT_EQ(run.out(), "");
+  }
+}
+
+TEST(Launch, HelpAndVersion) {
+  TempDir tmp;
+  LaunchRun help(tmp, {"--help"});
+  ASSERT_EQ(help.wait(milliseconds(10'000)), 0);
+  EXPECT_TRUE(contains(help.out(), "--selected_gpus")) << help.out();
+  LaunchRun version(tmp, {"--version"});
+  ASSERT_EQ(version.wait(milliseconds(10'000)), 0);
+  EXPECT_TRUE(contains(version.out(), "ddlaunch")) << version.out();
+}
+
+}  // namespace

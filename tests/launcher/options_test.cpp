@@ -1,0 +1,166 @@
+#include "launcher/options.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace ddl::launcher {
+namespace {
+
+LaunchOptions parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "launch");
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  return parse_options(static_cast<int>(argv.size()), argv.data());
+}
+
+// The OptionsError message for `args`, or "" when they parse.
+std::string error_of(std::vector<std::string> args) {
+  try {
+    parse(std::move(args));
+  } catch (const OptionsError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Options, Defaults) {
+  LaunchOptions o = parse({"train"});
+  EXPECT_TRUE(o.selected_gpus.empty());
+  EXPECT_EQ(o.nproc_per_node, 1);
+  EXPECT_FALSE(o.log_dir);
+  EXPECT_FALSE(o.quiet);
+  EXPECT_EQ(o.cluster_node_ips, std::vector<std::string>{"127.0.0.1"});
+  EXPECT_EQ(o.node_ip, "127.0.0.1");
+  EXPECT_FALSE(o.started_port);
+  EXPECT_TRUE(o.print_config);
+  EXPECT_EQ(o.log_level, spdlog::level::info);
+  EXPECT_FALSE(o.log_level_name);
+  EXPECT_EQ(o.kill_timeout, std::chrono::milliseconds(10'000));
+  EXPECT_FALSE(o.rendezvous_timeout);
+  EXPECT_EQ(o.worker, "train");
+  EXPECT_TRUE(o.worker_args.empty());
+  EXPECT_EQ(o.node_index(), 0);
+}
+
+TEST(Options, EqualsAndSpaceForms) {
+  LaunchOptions a = parse({"--selected_gpus=0,1,2,3", "--log_dir=./mylog", "--started_port=6170",
+                           "train_multi_gpu", "--epochs", "3"});
+  LaunchOptions b = parse({"--selected_gpus", "0,1,2,3", "--log_dir", "./mylog", "--started_port",
+                           "6170", "train_multi_gpu", "--epochs", "3"});
+  for (const LaunchOptions& o : {a, b}) {
+    EXPECT_EQ(o.selected_gpus, (std::vector<int>{0, 1, 2, 3}));
+    EXPECT_EQ(o.nproc_per_node, 4);
+    EXPECT_EQ(o.log_dir, "./mylog");
+    EXPECT_EQ(o.started_port, 6170);
+    EXPECT_EQ(o.worker, "train_multi_gpu");
+    EXPECT_EQ(o.worker_args, (std::vector<std::string>{"--epochs", "3"}));
+  }
+}
+
+TEST(Options, Aliases) {
+  LaunchOptions o = parse({"--gpus=2,0", "--ips=10.0.0.1,10.0.0.2", "--node_ip=10.0.0.2", "w"});
+  EXPECT_EQ(o.selected_gpus, (std::vector<int>{2, 0}));
+  EXPECT_EQ(o.cluster_node_ips, (std::vector<std::string>{"10.0.0.1", "10.0.0.2"}));
+  EXPECT_EQ(o.node_index(), 1);
+  EXPECT_NE(error_of({"--gpus=0", "--selected_gpus=1", "w"}), "");
+}
+
+TEST(Options, WorkerArgumentsAreUntouched) {
+  LaunchOptions o =
+      parse({"--nproc_per_node=2", "w", "--nproc_per_node=9", "--bogus", "--", "x y", "--log_dir"});
+  EXPECT_EQ(o.nproc_per_node, 2);
+  EXPECT_EQ(o.worker, "w");
+  EXPECT_EQ(o.worker_args,
+            (std::vector<std::string>{"--nproc_per_node=9", "--bogus", "--", "x y", "--log_dir"}));
+  LaunchOptions d = parse({"--quiet", "--", "--weird-name", "a"});
+  EXPECT_TRUE(d.quiet);
+  EXPECT_EQ(d.worker, "--weird-name");
+  EXPECT_EQ(d.worker_args, std::vector<std::string>{"a"});
+}
+
+TEST(Options, SwitchesAndLevels) {
+  EXPECT_FALSE(parse({"--print_config=false", "w"}).print_config);
+  EXPECT_FALSE(parse({"--print_config=False", "w"}).print_config);
+  EXPECT_TRUE(parse({"--print_config", "w"}).print_config);
+  EXPECT_TRUE(parse({"--quiet", "w"}).quiet);
+  EXPECT_EQ(parse({"--log_level=debug", "w"}).log_level, spdlog::level::debug);
+  EXPECT_EQ(parse({"--log_level", "30", "w"}).log_level, spdlog::level::warn);
+  EXPECT_EQ(parse({"--log_level=40", "w"}).log_level_name, "error");
+  EXPECT_EQ(parse({"--log_level=WARNING", "w"}).log_level_name, "warn");
+  EXPECT_EQ(parse({"--log_level=10", "w"}).log_level_name, "debug");
+  EXPECT_EQ(parse({"--kill_timeout=0.5", "w"}).kill_timeout, std::chrono::milliseconds(500));
+  EXPECT_EQ(parse({"--kill_timeout", "0", "w"}).kill_timeout, std::chrono::milliseconds(0));
+  EXPECT_EQ(parse({"--rendezvous_timeout=30", "w"}).rendezvous_timeout,
+            std::chrono::milliseconds(30'000));
+  EXPECT_EQ(parse({"--nproc_per_node", "3", "w"}).nproc_per_node, 3);
+}
+
+TEST(Options, HelpAndVersionNeedNoWorker) {
+  EXPECT_TRUE(parse({"--help"}).help);
+  EXPECT_TRUE(parse({"-h"}).help);
+  EXPECT_TRUE(parse({"--version"}).version);
+  EXPECT_NE(help_text().find("--selected_gpus"), std::string::npos);
+  EXPECT_NE(version_text().find("ddlaunch"), std::string::npos);
+}
+
+struct BadCase {
+  std::vector<std::string> args;
+  std::vector<std::string> message_has;  // the flag and the bad value
+};
+
+class BadOptions : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(BadOptions, OneLineNamingFlagAndValue) {
+  const std::string message = error_of(GetParam().args);
+  ASSERT_NE(message, "") << "parsed although bad";
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  for (const std::string& part : GetParam().message_has) {
+    EXPECT_NE(message.find(part), std::string::npos) << "'" << part << "' not in: " << message;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Launcher, BadOptions,
+    ::testing::Values(
+        BadCase{{"--selected_gpus=0,x", "w"}, {"--selected_gpus", "0,x"}},
+        BadCase{{"--gpus=-1", "w"}, {"--gpus", "-1"}},
+        BadCase{{"--gpus=0,1,0", "w"}, {"--gpus", "0,1,0", "twice"}},
+        BadCase{{"--gpus=", "w"}, {"--gpus"}}, BadCase{{"--gpus=0,,1", "w"}, {"--gpus", "0,,1"}},
+        BadCase{{"--nproc_per_node=0", "w"}, {"--nproc_per_node", "'0'"}},
+        BadCase{{"--nproc_per_node=two", "w"}, {"--nproc_per_node", "two"}},
+        BadCase{{"--nproc_per_node=3", "--gpus=0,1", "w"},
+                {"--nproc_per_node=3", "--selected_gpus"}},
+        BadCase{{"--started_port=0", "w"}, {"--started_port", "'0'"}},
+        BadCase{{"--started_port=70000", "w"}, {"--started_port", "70000"}},
+        BadCase{{"--started_port=65535", "--nproc_per_node=2", "w"}, {"--started_port", "65535"}},
+        BadCase{{"--ips=1.2.3", "w"}, {"--ips", "1.2.3"}},
+        BadCase{{"--cluster_node_ips=10.0.0.1,10.0.0.1", "--node_ip=10.0.0.1", "w"},
+                {"--cluster_node_ips", "twice"}},
+        BadCase{{"--node_ip=10.0.0.9", "w"}, {"--node_ip", "10.0.0.9", "--cluster_node_ips"}},
+        BadCase{{"--node_ip=localhost", "w"}, {"--node_ip", "localhost"}},
+        BadCase{{"--log_level=loud", "w"}, {"--log_level", "loud"}},
+        BadCase{{"--log_level=25", "w"}, {"--log_level", "25"}},
+        BadCase{{"--kill_timeout=-1", "w"}, {"--kill_timeout", "-1"}},
+        BadCase{{"--kill_timeout=soon", "w"}, {"--kill_timeout", "soon"}},
+        BadCase{{"--rendezvous_timeout=0", "w"}, {"--rendezvous_timeout", "'0'"}},
+        BadCase{{"--print_config=maybe", "w"}, {"--print_config", "maybe"}},
+        BadCase{{"--bogus", "w"}, {"--bogus", "--help"}},
+        BadCase{{"--bogus=1", "w"}, {"--bogus=1", "--help"}},
+        BadCase{{"-n", "2", "w"}, {"-n", "--help"}}, BadCase{{"--log_dir"}, {"--log_dir"}},
+        BadCase{{"--nproc_per_node=2"}, {"WORKER"}}, BadCase{{}, {"WORKER"}}));
+
+TEST(Options, DescribeLooksLikePaddle) {
+  LaunchOptions o = parse({"--gpus=0,1", "--log_dir=./mylog", "train", "--lr", "0.1"});
+  const std::string text = describe_options(o);
+  EXPECT_EQ(text.rfind("----------- Configuration Arguments -----------\n", 0), 0u) << text;
+  EXPECT_NE(text.find("selected_gpus: 0,1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("log_dir: ./mylog\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("started_port: None\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("training_script_args: ['--lr', '0.1']\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\n------------------------------------------------\n"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ddl::launcher

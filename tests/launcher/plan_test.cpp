@@ -1,0 +1,238 @@
+#include "launcher/plan.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "launcher/ports.h"
+#include "launcher/supervisor.h"
+
+namespace ddl::launcher {
+namespace {
+
+LaunchOptions parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "launch");
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  return parse_options(static_cast<int>(argv.size()), argv.data());
+}
+
+// A port picker that hands out `ports` and records how often it was asked.
+struct FakePicker {
+  std::vector<std::uint16_t> ports;
+  int calls = 0;
+  PortPicker fn() {
+    return [this](const std::string&, int count) {
+      ++calls;
+      return std::vector<std::uint16_t>(ports.begin(),
+                                        ports.begin() + std::min<std::size_t>(count, ports.size()));
+    };
+  }
+};
+
+PlanInputs inputs(FakePicker& picker, int cores = 8, env::EnvMap caller = {}) {
+  PlanInputs in;
+  in.cores = cores;
+  in.caller_env = std::move(caller);
+  in.pick_ports = picker.fn();
+  in.job_id = "job1";
+  in.job_secret = "s3cret";
+  return in;
+}
+
+TEST(Plan, OneNodeFreePorts) {
+  FakePicker picker{{5001, 5002}};
+  const ClusterPlan plan = make_plan(parse({"--nproc_per_node=2", "w"}), inputs(picker));
+  EXPECT_EQ(picker.calls, 1);
+  EXPECT_EQ(plan.world_size, 2);
+  ASSERT_EQ(plan.local.size(), 2u);
+  EXPECT_EQ(env::join_endpoints(plan.endpoints), "127.0.0.1:5001,127.0.0.1:5002");
+  ASSERT_TRUE(plan.omp_threads_defaulted);
+  EXPECT_EQ(*plan.omp_threads_defaulted, 4);
+  for (int i = 0; i < 2; ++i) {
+    const WorkerSpec& w = plan.local[i];
+    EXPECT_EQ(w.contract.rank, i);
+    EXPECT_EQ(w.contract.local_rank, i);
+    const env::EnvMap& e = w.env;
+    EXPECT_EQ(e.at("PADDLE_TRAINER_ID"), std::to_string(i));
+    EXPECT_EQ(e.at("PADDLE_TRAINERS_NUM"), "2");
+    EXPECT_EQ(e.at("PADDLE_CURRENT_ENDPOINT"), "127.0.0.1:" + std::to_string(5001 + i));
+    EXPECT_EQ(e.at("PADDLE_TRAINER_ENDPOINTS"), "127.0.0.1:5001,127.0.0.1:5002");
+    EXPECT_EQ(e.count("FLAGS_selected_gpus"), 0u);
+    EXPECT_EQ(e.at("RANK"), std::to_string(i));
+    EXPECT_EQ(e.at("LOCAL_RANK"), std::to_string(i));
+    EXPECT_EQ(e.at("WORLD_SIZE"), "2");
+    EXPECT_EQ(e.at("LOCAL_WORLD_SIZE"), "2");
+    EXPECT_EQ(e.at("MASTER_ADDR"), "127.0.0.1");
+    EXPECT_EQ(e.at("MASTER_PORT"), "5001");
+    EXPECT_EQ(e.at("OMP_NUM_THREADS"), "4");
+    EXPECT_EQ(e.at("DDL_JOB_ID"), "job1");
+    EXPECT_EQ(e.at("DDL_JOB_SECRET"), "s3cret");
+    EXPECT_EQ(e.count("DDL_LOG_LEVEL"), 0u);
+  }
+}
+
+TEST(Plan, CallerOmpWinsAndOtherVariablesPassThrough) {
+  FakePicker picker{{5001, 5002, 5003}};
+  const ClusterPlan plan = make_plan(parse({"--nproc_per_node=3", "w"}),
+                                     inputs(picker, 2, {{"OMP_NUM_THREADS", "7"}, {"HOME", "/h"}}));
+  EXPECT_FALSE(plan.omp_threads_defaulted);
+  const env::EnvMap merged =
+      merge_env({{"OMP_NUM_THREADS", "7"}, {"HOME", "/h"}, {"RANK", "99"}}, plan.local[2].env);
+  EXPECT_EQ(merged.at("OMP_NUM_THREADS"), "7");
+  EXPECT_EQ(merged.at("HOME"), "/h");
+  EXPECT_EQ(merged.at("RANK"), "2") << "the plan wins over the caller";
+}
+
+TEST(Plan, OmpNeverZero) {
+  FakePicker picker{{1, 2, 3, 4}};
+  const ClusterPlan plan = make_plan(parse({"--nproc_per_node=4", "w"}), inputs(picker, 2));
+  EXPECT_EQ(plan.local[0].env.at("OMP_NUM_THREADS"), "1");
+}
+
+TEST(Plan, TwoNodesAreNodeMajor) {
+  FakePicker picker{{1}};
+  const ClusterPlan plan = make_plan(parse({"--ips=10.0.0.1,10.0.0.2", "--node_ip=10.0.0.2",
+                                            "--started_port=6170", "--nproc_per_node=2", "w"}),
+                                     inputs(picker));
+  EXPECT_EQ(picker.calls, 0) << "fixed ports need no picking";
+  EXPECT_EQ(plan.world_size, 4);
+  EXPECT_EQ(env::join_endpoints(plan.endpoints),
+            "10.0.0.1:6170,10.0.0.1:6171,10.0.0.2:6170,10.0.0.2:6171");
+  ASSERT_EQ(plan.local.size(), 2u);
+  EXPECT_EQ(plan.local[0].env.at("PADDLE_TRAINER_ID"), "2");
+  EXPECT_EQ(plan.local[0].env.at("LOCAL_RANK"), "0");
+  EXPECT_EQ(plan.local[0].env.at("PADDLE_CURRENT_ENDPOINT"), "10.0.0.2:6170");
+  EXPECT_EQ(plan.local[1].env.at("PADDLE_TRAINER_ID"), "3");
+  EXPECT_EQ(plan.local[1].env.at("LOCAL_RANK"), "1");
+  EXPECT_EQ(plan.local[1].env.at("PADDLE_CURRENT_ENDPOINT"), "10.0.0.2:6171");
+  EXPECT_EQ(plan.local[1].env.at("LOCAL_WORLD_SIZE"), "2");
+  EXPECT_EQ(plan.local[1].env.at("WORLD_SIZE"), "4");
+  EXPECT_EQ(plan.local[1].env.at("MASTER_ADDR"), "10.0.0.1");
+  EXPECT_EQ(plan.local[1].env.at("MASTER_PORT"), "6170");
+
+  const ClusterPlan first = make_plan(parse({"--ips=10.0.0.1,10.0.0.2", "--node_ip=10.0.0.1",
+                                             "--started_port=6170", "--nproc_per_node=2", "w"}),
+                                      inputs(picker));
+  EXPECT_EQ(first.endpoints, plan.endpoints) << "every node computes the same endpoint list";
+  EXPECT_EQ(first.local[1].env.at("PADDLE_TRAINER_ID"), "1");
+}
+
+TEST(Plan, SeveralNodesNeedStartedPort) {
+  FakePicker picker{{5001}};
+  try {
+    make_plan(parse({"--ips=10.0.0.1,10.0.0.2", "--node_ip=10.0.0.1", "w"}), inputs(picker));
+    FAIL() << "planned several nodes without --started_port";
+  } catch (const PlanError& e) {
+    EXPECT_NE(std::string(e.what()).find("--started_port"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Plan, GpusLevelAndRendezvousTimeout) {
+  FakePicker picker{{7001, 7002}};
+  const ClusterPlan plan = make_plan(
+      parse({"--gpus=3,5", "--log_level=10", "--rendezvous_timeout=2.5", "w"}), inputs(picker));
+  ASSERT_EQ(plan.local.size(), 2u);
+  EXPECT_EQ(plan.local[0].env.at("FLAGS_selected_gpus"), "3");
+  EXPECT_EQ(plan.local[1].env.at("FLAGS_selected_gpus"), "5");
+  EXPECT_EQ(plan.local[1].env.at("DDL_LOG_LEVEL"), "debug");
+  EXPECT_EQ(plan.local[1].env.at("DDL_RENDEZVOUS_TIMEOUT_MS"), "2500");
+}
+
+TEST(Plan, RoundTripThroughTheEnvironment) {
+  FakePicker picker{{7001, 7002, 7003}};
+  const ClusterPlan plan = make_plan(parse({"--gpus=0,1,2", "--rendezvous_timeout=9", "w"}),
+                                     inputs(picker, 8, {{"PATH", "/bin"}}));
+  for (const WorkerSpec& w : plan.local) {
+    const auto back = env::from_env(merge_env({{"PATH", "/bin"}}, w.env));
+    ASSERT_TRUE(back);
+    EXPECT_EQ(back->rank, w.contract.rank);
+    EXPECT_EQ(back->world_size, 3);
+    EXPECT_EQ(back->local_rank, w.contract.local_rank);
+    EXPECT_EQ(back->local_world_size, 3);
+    EXPECT_EQ(back->current, w.contract.current);
+    EXPECT_EQ(back->endpoints, plan.endpoints);
+    EXPECT_EQ(back->gpu, w.contract.gpu);
+    EXPECT_EQ(back->job_id, "job1");
+    EXPECT_EQ(back->secret, "s3cret");
+    EXPECT_EQ(back->rendezvous_timeout, std::chrono::milliseconds(9000));
+    EXPECT_EQ(back->restart_count, 0);
+  }
+}
+
+TEST(Plan, BadPickerIsAnError) {
+  FakePicker dup{{5001, 5001}};
+  EXPECT_THROW(make_plan(parse({"--nproc_per_node=2", "w"}), inputs(dup)), PlanError);
+  FakePicker short_list{{5001}};
+  EXPECT_THROW(make_plan(parse({"--nproc_per_node=2", "w"}), inputs(short_list)), PlanError);
+}
+
+TEST(Plan, DescribeHidesTheSecret) {
+  FakePicker picker{{5001}};
+  const std::string text = describe_plan(make_plan(parse({"w"}), inputs(picker)));
+  EXPECT_NE(text.find("PADDLE_TRAINER_ID=0\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("s3cret"), std::string::npos) << text;
+}
+
+TEST(Plan, RandomHex) {
+  const std::string a = random_hex(16), b = random_hex(16);
+  EXPECT_EQ(a.size(), 32u);
+  EXPECT_EQ(a.find_first_not_of("0123456789abcdef"), std::string::npos);
+  EXPECT_NE(a, b);
+}
+
+TEST(Ports, DistinctAndBindable) {
+  const std::vector<std::uint16_t> ports = pick_free_ports("127.0.0.1", 16);
+  ASSERT_EQ(ports.size(), 16u);
+  EXPECT_EQ(std::set<std::uint16_t>(ports.begin(), ports.end()).size(), 16u);
+  for (std::uint16_t port : ports) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+    EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << port;
+    ::close(fd);
+  }
+}
+
+TEST(Ports, BadHost) {
+  EXPECT_THROW(pick_free_ports("not-an-ip", 1), PortError);
+  EXPECT_THROW(pick_free_ports("203.0.113.7", 1), PortError);  // not an address of this machine
+}
+
+TEST(FindWorker, Rules) {
+  namespace fs = std::filesystem;
+  const std::string bin = DDL_BIN_DIR;
+  EXPECT_EQ(find_worker("hello_worker", bin, {{"PATH", "/nonexistent"}}), bin + "/hello_worker");
+  EXPECT_EQ(find_worker("sh", "/nonexistent", {{"PATH", "/nonexistent:/bin:/usr/bin"}}), "/bin/sh");
+  EXPECT_THROW(find_worker("no_such_worker_xyz", bin, {{"PATH", "/bin"}}), WorkerNotFoundError);
+  EXPECT_THROW(find_worker("/nonexistent/worker", bin, {}), WorkerNotFoundError);
+  const fs::path plain = fs::temp_directory_path() / ("ddl_not_exec_" + std::to_string(::getpid()));
+  std::ofstream(plain) << "#!/bin/sh\n";
+  fs::permissions(plain, fs::perms::owner_read | fs::perms::owner_write);
+  try {
+    find_worker(plain.string(), bin, {});
+    ADD_FAILURE() << "a non-executable file was accepted";
+  } catch (const WorkerNotFoundError& e) {
+    EXPECT_NE(std::string(e.what()).find("not an executable"), std::string::npos) << e.what();
+  }
+  fs::remove(plain);
+  EXPECT_THROW(find_worker(bin, bin, {}), WorkerNotFoundError) << "a directory is no worker";
+}
+
+TEST(SignalName, Known) {
+  EXPECT_EQ(signal_name(SIGTERM), "SIGTERM");
+  EXPECT_EQ(signal_name(SIGKILL), "SIGKILL");
+  EXPECT_EQ(signal_name(64), "signal 64");
+}
+
+}  // namespace
+}  // namespace ddl::launcher
