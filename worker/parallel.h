@@ -91,9 +91,21 @@ class DataParallel {
   void sync_params();
 
  private:
+  // One flat buffer all-reduced in one call. Each parameter's gradient is made to share the
+  // buffer's storage (not an autograd view, so optimizers may detach_() it), so backward
+  // accumulates straight into the bucket and nothing is copied when the gradient stays in place.
+  struct Bucket {
+    torch::Tensor flat;
+    std::vector<torch::Tensor> params;
+    std::vector<std::int64_t> offsets;  // element offset of each parameter in `flat`
+  };
+
+  void build_buckets();
+
   torch::nn::Module& module_;
   ParallelContext& ctx_;
   Options options_;
+  std::vector<Bucket> buckets_;  // built on the first apply_collective_grads()
 };
 
 // Splits the indices 0..dataset_size-1 into batches for one rank. Every epoch has one shuffled
