@@ -1,12 +1,15 @@
 // `launch [options] WORKER [WORKER ARGS...]`: starts this node's workers of a data-parallel job
 // and supervises them (see launcher/options.h, plan.h, supervisor.h).
 //
-// Exit codes: 0 when every worker exits 0; the first failed worker's code (128+signal when it was
-// killed); 128+signal when the launcher is interrupted; 2 for a bad command line; 127 when WORKER
-// is not an executable; 1 for any other error before or while starting the job.
+// Exit codes: 0 when every worker of the last start (after --max_restarts restarts at most) exits
+// 0; that start's first failed worker's code (128+signal when it was killed); 124 when the hang
+// guard (--hang_timeout) ended it; 128+signal when the launcher is interrupted; 2 for a bad command
+// line; 127 when WORKER is not an executable; 1 for any other error before or while starting the
+// job. docs/FAILURES.md has the whole story.
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <iostream>
 
@@ -51,10 +54,25 @@ int run(int argc, char** argv) {
   PlanInputs inputs;
   inputs.cores = cores();
   inputs.caller_env = caller_env;
-  inputs.pick_ports = pick_free_ports;
-  inputs.job_id = random_hex(kJobIdBytes);
+  // Every start of the job uses the endpoints of the first: other nodes know only those, and the
+  // store binds with SO_REUSEADDR, so a port of a reaped generation is free again at once.
+  std::vector<std::uint16_t> first_ports;
+  inputs.pick_ports = [&first_ports](const std::string& host, int count) {
+    if (first_ports.empty()) first_ports = pick_free_ports(host, count);
+    return first_ports;
+  };
+  const std::string job_id = random_hex(kJobIdBytes);
   inputs.job_secret = random_hex(kJobSecretBytes);
-  const ClusterPlan plan = make_plan(options, inputs);
+
+  // Each start is a new rendezvous generation with its own job id, so the store refuses a late
+  // client of an earlier one instead of mixing it in.
+  auto plan_for = [&](int restart_count) {
+    PlanInputs in = inputs;
+    in.restart_count = restart_count;
+    in.job_id = generation_job_id(job_id, restart_count);
+    return make_plan(options, in);
+  };
+  const ClusterPlan plan = plan_for(0);
 
   if (options.print_config) {
     std::cout << describe_options(options) << describe_plan(plan) << std::flush;
@@ -65,21 +83,32 @@ int run(int argc, char** argv) {
                  *plan.omp_threads_defaulted, inputs.cores);
   }
 
-  std::vector<WorkerLaunch> launches;
-  for (const WorkerSpec& spec : plan.local) {
-    WorkerLaunch l;
-    l.rank = spec.contract.rank;
-    l.executable = executable;
-    l.args = options.worker_args;
-    l.env = merge_env(caller_env, spec.env);
-    launches.push_back(std::move(l));
-  }
+  auto launches_of = [&](const ClusterPlan& p) {
+    std::vector<WorkerLaunch> launches;
+    for (const WorkerSpec& spec : p.local) {
+      WorkerLaunch l;
+      l.rank = spec.contract.rank;
+      l.executable = executable;
+      l.args = options.worker_args;
+      l.env = merge_env(caller_env, spec.env);
+      launches.push_back(std::move(l));
+    }
+    return launches;
+  };
+  const GenerationFactory generations = [&](int restart_count) {
+    if (restart_count == 0) return launches_of(plan);
+    spdlog::debug("restart {}: job id {}", restart_count,
+                  generation_job_id(job_id, restart_count));
+    return launches_of(plan_for(restart_count));
+  };
   SupervisorOptions sup;
   sup.log_dir = options.log_dir;
   sup.quiet = options.quiet;
   sup.kill_timeout = options.kill_timeout;
-  spdlog::debug("job {}: world size {}", inputs.job_id, plan.world_size);
-  return supervise(launches, sup).exit_code;
+  sup.max_restarts = options.max_restarts;
+  sup.hang_timeout = options.hang_timeout;
+  spdlog::debug("job {}: world size {}", job_id, plan.world_size);
+  return supervise(generations, sup).exit_code;
 }
 
 }  // namespace

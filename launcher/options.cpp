@@ -24,7 +24,8 @@ namespace {
 const std::set<std::string>& value_flags() {
   static const std::set<std::string> flags = {
       "selected_gpus", "gpus",         "nproc_per_node", "log_dir",      "cluster_node_ips",  "ips",
-      "node_ip",       "started_port", "log_level",      "kill_timeout", "rendezvous_timeout"};
+      "node_ip",       "started_port", "log_level",      "kill_timeout", "rendezvous_timeout",
+      "max_restarts",  "hang_timeout"};
   return flags;
 }
 
@@ -197,7 +198,13 @@ cxxopts::Options make_cxxopts() {
                        "seconds between SIGTERM and SIGKILL when stopping workers (default 10)",
                        text(), "S")(
       "rendezvous_timeout", "seconds the workers may take to find each other (default 300)", text(),
-      "S")("h,help", "print this help")("version", "print the version");
+      "S")("max_restarts",
+           "after a worker fails (or the hang guard fires), stop this node's workers and start "
+           "them again, up to N times (default 0)",
+           text(), "N")("hang_timeout",
+                        "fail the job when no rank has printed anything for S seconds "
+                        "(default 0: off); exit code 124",
+                        text(), "S")("h,help", "print this help")("version", "print the version");
   return o;
 }
 
@@ -314,6 +321,14 @@ LaunchOptions parse_options(int argc, const char* const argv[]) {
         parse_seconds("rendezvous_timeout", r["rendezvous_timeout"].as<std::string>(), false);
   }
 
+  if (r.count("max_restarts")) {
+    o.max_restarts =
+        parse_int_flag("max_restarts", r["max_restarts"].as<std::string>(), 0, kMaxRestartsLimit);
+  }
+  if (r.count("hang_timeout")) {
+    o.hang_timeout = parse_seconds("hang_timeout", r["hang_timeout"].as<std::string>(), true);
+  }
+
   if (split.worker.empty()) throw OptionsError("missing WORKER program (see launch --help)");
   o.worker = split.worker.front();
   if (o.worker.empty()) throw OptionsError("WORKER is an empty string (see launch --help)");
@@ -335,10 +350,13 @@ std::string describe_options(const LaunchOptions& o) {
   std::ostringstream os;
   os << "----------- Configuration Arguments -----------\n";
   os << "cluster_node_ips: " << join(o.cluster_node_ips) << "\n";
+  os << "hang_timeout: " << (o.hang_timeout.count() == 0 ? "None" : seconds(o.hang_timeout))
+     << "\n";
   os << "kill_timeout: " << seconds(o.kill_timeout) << "\n";
   os << "log_dir: " << o.log_dir.value_or("None") << "\n";
   const auto level = spdlog::level::to_string_view(o.log_level);
   os << "log_level: " << std::string(level.data(), level.size()) << "\n";
+  os << "max_restarts: " << o.max_restarts << "\n";
   os << "node_ip: " << o.node_ip << "\n";
   os << "nproc_per_node: " << o.nproc_per_node << "\n";
   os << "print_config: " << (o.print_config ? "True" : "False") << "\n";

@@ -25,6 +25,7 @@ class OptionsError : public std::runtime_error {
 
 inline constexpr const char* kDefaultNodeIp = "127.0.0.1";
 inline constexpr std::chrono::milliseconds kDefaultKillTimeout{10'000};
+inline constexpr int kMaxRestartsLimit = 1000;  // --max_restarts accepts 0..kMaxRestartsLimit
 
 struct LaunchOptions {
   std::vector<int> selected_gpus;      // --selected_gpus / --gpus; empty: no GPUs selected
@@ -39,6 +40,8 @@ struct LaunchOptions {
   std::optional<std::string> log_level_name;  // the normalized level when given on the command line
   std::chrono::milliseconds kill_timeout = kDefaultKillTimeout;  // --kill_timeout (seconds)
   std::optional<std::chrono::milliseconds> rendezvous_timeout;   // --rendezvous_timeout (seconds)
+  int max_restarts = 0;  // --max_restarts: restarts of the local group after a failure
+  std::chrono::milliseconds hang_timeout{0};  // --hang_timeout (seconds); 0: no hang guard
   bool help = false;     // --help / -h: print help_text() and exit 0 (WORKER not required)
   bool version = false;  // --version: print the version and exit 0 (WORKER not required)
 

@@ -36,8 +36,9 @@ struct PlanInputs {
   int cores = 1;           // usable cores of this machine
   env::EnvMap caller_env;  // the launcher's own environment
   PortPicker pick_ports;   // used only when --started_port is unset
-  std::string job_id;      // DDL_JOB_ID for every worker
+  std::string job_id;      // DDL_JOB_ID for every worker (one rendezvous generation)
   std::string job_secret;  // DDL_JOB_SECRET for every worker
+  int restart_count = 0;   // DDL_RESTART_COUNT: 0 on the first start, then 1, 2, ...
 };
 
 // One worker this node starts.
@@ -59,6 +60,10 @@ ClusterPlan make_plan(const LaunchOptions& options, const PlanInputs& inputs);
 
 // `env` with `overrides` applied (the plan wins over the caller).
 env::EnvMap merge_env(env::EnvMap env, const env::EnvMap& overrides);
+
+// The job id of rendezvous generation `restart_count`: "<job_id>-g<restart_count>". Each start of
+// the job gets its own, so the store refuses a late client of an earlier generation.
+std::string generation_job_id(const std::string& job_id, int restart_count);
 
 // `bytes` random bytes from std::random_device as lowercase hex (job ids and secrets).
 std::string random_hex(std::size_t bytes);

@@ -8,8 +8,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -26,6 +28,7 @@
 #include <deque>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <utility>
 
@@ -101,7 +104,8 @@ void prepare_child(pid_t launcher_pid, int out_fd) {
 // A helper process that outlives a SIGKILLed launcher just long enough to SIGKILL the workers'
 // process groups. PR_SET_PDEATHSIG only reaches the workers themselves; their children (data
 // loaders, shells) would survive. The launcher tells the watchdog each group id over a pipe only
-// it holds; EOF without the "done" mark means the launcher died. Move-only.
+// it holds (and, after a restart, which groups are over); EOF without the "done" mark means the
+// launcher died. Move-only.
 class Watchdog {
  public:
   Watchdog() {
@@ -154,16 +158,21 @@ class Watchdog {
   }
 
   // `group` is to be SIGKILLed if the launcher dies.
-  void guard(pid_t group) {
-    if (fd_ >= 0 && !send(group)) {
+  void guard(pid_t group) { tell(group); }
+
+  // `group` is over (reaped and SIGKILLed); its id may be reused by an unrelated process.
+  void release(pid_t group) { tell(-group); }
+
+ private:
+  static constexpr std::int32_t kDone = 0;
+
+  void tell(std::int32_t value) {
+    if (fd_ >= 0 && !send(value)) {
       spdlog::warn("the watchdog is gone: a SIGKILLed launcher may leave grandchildren behind");
       ::close(fd_);
       fd_ = -1;
     }
   }
-
- private:
-  static constexpr std::int32_t kDone = 0;
 
   bool send(std::int32_t value) {
     return write_all(fd_, reinterpret_cast<const char*>(&value), sizeof value);
@@ -184,7 +193,11 @@ class Watchdog {
       if (n < 0 && errno == EINTR) continue;
       if (n != static_cast<ssize_t>(sizeof value)) break;  // EOF: the launcher is gone
       if (value == kDone) ::_exit(0);
-      groups.push_back(value);
+      if (value > 0) {
+        groups.push_back(value);
+      } else {
+        groups.erase(std::remove(groups.begin(), groups.end(), -value), groups.end());
+      }
     }
     for (pid_t group : groups) ::kill(-group, SIGKILL);
     ::_exit(0);
@@ -194,6 +207,23 @@ class Watchdog {
   int fd_ = -1;
 };
 
+using Clock = std::chrono::steady_clock;
+
+// "1", "0.5", "2.25": a duration as a user would type it after --hang_timeout.
+std::string seconds_text(std::chrono::milliseconds ms) {
+  std::ostringstream os;
+  os << static_cast<double>(ms.count()) / 1000.0;
+  return os.str();
+}
+
+// "12.0": elapsed seconds with one decimal.
+std::string elapsed_text(Clock::duration d) {
+  const auto tenths = std::chrono::duration_cast<std::chrono::milliseconds>(d).count() / 100;
+  return std::to_string(tenths / 10) + "." + std::to_string(tenths % 10);
+}
+
+// One rank of this node. The log file and console settings last for the whole job; everything
+// else describes the rank's process in the current generation and is reset on a restart.
 struct Worker {
   int rank = 0;
   pid_t pid = -1;  // also the process group id
@@ -207,6 +237,7 @@ struct Worker {
   std::array<char, 16384> buffer{};
   std::string partial;
   std::deque<std::string> tail;
+  Clock::time_point last_output;  // start of the process, then its latest output
 
   int log_fd = -1;
   std::string log_path;
@@ -219,32 +250,38 @@ struct Worker {
   ~Worker() {
     if (log_fd >= 0) ::close(log_fd);
   }
+
+  // Forgets the previous generation's process (reaped and drained by now).
+  void reset_generation() {
+    pid = -1;
+    started = running = killed_by_us = false;
+    status = 0;
+    pipe.reset();
+    eof = true;
+    partial.clear();
+    tail.clear();
+  }
 };
 
 class Job {
  public:
-  explicit Job(const SupervisorOptions& options)
+  Job(const SupervisorOptions& options, const GenerationFactory& make_generation)
       : options_(options),
+        make_generation_(make_generation),
         signals_(io_, SIGCHLD, SIGINT, SIGTERM),
         kill_timer_(io_),
-        drain_timer_(io_) {
+        drain_timer_(io_),
+        hang_timer_(io_) {
     signals_.add(SIGHUP);
   }
 
-  JobOutcome run(const std::vector<WorkerLaunch>& launches) {
+  JobOutcome run() {
+    const std::vector<WorkerLaunch> launches = make_generation_(0);
     open_logs(launches);
     Watchdog watchdog;
     watchdog_ = &watchdog;
     wait_for_signal();
-    if (!launches.empty()) {
-      spdlog::info("starting {} worker(s) (ranks {}..{}): {}", launches.size(),
-                   launches.front().rank, launches.back().rank, launches.front().executable);
-    }
-    for (std::size_t i = 0; i < launches.size() && !stopping_; ++i) {
-      start(*workers_[i], launches[i]);
-    }
-    reap();  // a worker may already be gone
-    maybe_finish();
+    start_generation(launches);
     io_.run();
     watchdog_ = nullptr;
     return report();
@@ -280,6 +317,28 @@ class Job {
     }
   }
 
+  // Starts every worker of the generation `restarts_` and arms the hang guard.
+  void start_generation(const std::vector<WorkerLaunch>& launches) {
+    stopping_ = false;
+    all_reaped_ = false;
+    first_failure_ = nullptr;
+    hang_message_.clear();
+    if (!launches.empty()) {
+      spdlog::info("{}starting {} worker(s) (ranks {}..{}): {}",
+                   restarts_ > 0 ? "restart " + std::to_string(restarts_) + " of " +
+                                       std::to_string(options_.max_restarts) + ": "
+                                 : std::string(),
+                   launches.size(), launches.front().rank, launches.back().rank,
+                   launches.front().executable);
+    }
+    for (std::size_t i = 0; i < launches.size() && !stopping_; ++i) {
+      start(*workers_[i], launches[i]);
+    }
+    reap();  // a worker may already be gone
+    if (!stopping_) arm_hang_guard(Clock::now() + options_.hang_timeout);
+    maybe_finish();
+  }
+
   void start(Worker& w, const WorkerLaunch& l) {
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) {
@@ -311,6 +370,7 @@ class Job {
     w.started = true;
     w.running = true;
     w.eof = false;
+    w.last_output = Clock::now();
     w.pipe = std::make_unique<asio::posix::stream_descriptor>(io_, fds[0]);
     spdlog::debug("started rank {} as pid {}: {}", w.rank, w.pid, l.executable);
     read_output(w);
@@ -335,6 +395,7 @@ class Job {
     });
   }
 
+  // Any of these signals ends the job: no restart follows, whatever state the job is in.
   void on_interrupt(int signo) {
     if (!stopping_) {
       interrupt_ = signo;
@@ -343,9 +404,10 @@ class Job {
       begin_stop(signo);
       return;
     }
+    // Told again, or told while stopping after a failure: no more patience.
     if (!interrupt_) interrupt_ = signo;
     if (live_workers() > 0) {
-      spdlog::warn("received {} again: killing {} worker(s) now", signal_name(signo),
+      spdlog::warn("received {} while stopping: killing {} worker(s) now", signal_name(signo),
                    live_workers());
       kill_all(SIGKILL);
     }
@@ -360,12 +422,14 @@ class Job {
   // SIGTERM (or the forwarded signal) to every group, SIGKILL after the grace period.
   void begin_stop(int signo) {
     stopping_ = true;
+    hang_timer_.cancel();
     for (const auto& w : workers_) {
       if (w->started) ::kill(-w->pid, signo);
     }
+    const int generation = restarts_;
     kill_timer_.expires_after(options_.kill_timeout);
-    kill_timer_.async_wait([this](const boost::system::error_code& ec) {
-      if (ec) return;
+    kill_timer_.async_wait([this, generation](const boost::system::error_code& ec) {
+      if (ec || generation != restarts_) return;
       for (const auto& w : workers_) {
         if (w->running) {
           spdlog::warn("rank {} (pid {}) still running {} ms after it was told to stop: SIGKILL",
@@ -411,20 +475,60 @@ class Job {
     }
   }
 
+  // The hang guard: wakes up when the newest output of any running rank is hang_timeout old.
+  void arm_hang_guard(Clock::time_point when) {
+    if (options_.hang_timeout.count() <= 0) return;
+    const int generation = restarts_;
+    hang_timer_.expires_at(when);
+    hang_timer_.async_wait([this, generation](const boost::system::error_code& ec) {
+      if (ec || generation != restarts_ || stopping_) return;
+      check_hang();
+    });
+  }
+
+  void check_hang() {
+    const Clock::time_point now = Clock::now();
+    std::optional<Clock::time_point> newest;
+    for (const auto& w : workers_) {
+      if (w->running && (!newest || w->last_output > *newest)) newest = w->last_output;
+    }
+    if (!newest) return;  // everyone has exited; maybe_finish() takes it from here
+    if (now - *newest < options_.hang_timeout) {
+      arm_hang_guard(*newest + options_.hang_timeout);
+      return;
+    }
+    std::ostringstream os;
+    os << "hang guard: no output from any rank for " << seconds_text(options_.hang_timeout)
+       << " s; silent: rank" << (live_workers() > 1 ? "s " : " ");
+    bool first = true;
+    for (const auto& w : workers_) {
+      if (!w->running) continue;
+      os << (first ? "" : ", ") << w->rank << " (" << elapsed_text(now - w->last_output) << " s)";
+      first = false;
+    }
+    hang_message_ = os.str();
+    spdlog::error("{}; stopping {} worker(s)", hang_message_, live_workers());
+    begin_stop(SIGTERM);
+  }
+
   void read_output(Worker& w) {
-    w.pipe->async_read_some(asio::buffer(w.buffer),
-                            [this, &w](const boost::system::error_code& ec, std::size_t n) {
-                              if (n > 0) consume(w, w.buffer.data(), n);
-                              if (ec) {
-                                close_output(w);
-                                maybe_finish();
-                                return;
-                              }
-                              read_output(w);
-                            });
+    const int generation = restarts_;
+    w.pipe->async_read_some(
+        asio::buffer(w.buffer),
+        [this, &w, generation](const boost::system::error_code& ec, std::size_t n) {
+          if (generation != restarts_) return;  // a closed pipe of an earlier generation
+          if (n > 0) consume(w, w.buffer.data(), n);
+          if (ec) {
+            close_output(w);
+            maybe_finish();
+            return;
+          }
+          read_output(w);
+        });
   }
 
   void consume(Worker& w, const char* data, std::size_t n) {
+    w.last_output = Clock::now();
     if (w.log_fd >= 0 && !write_all(w.log_fd, data, n)) {
       spdlog::error("writing {} failed: {}; rank {}'s further output is dropped", w.log_path,
                     std::strerror(errno), w.rank);
@@ -464,16 +568,19 @@ class Job {
     w.pipe->close(ignored);
   }
 
-  // Everything reaped: clean up stragglers in the groups, give the pipes a moment to drain, stop.
+  // Everything reaped: clean up stragglers in the groups, give the pipes a moment to drain, then
+  // restart or stop.
   void maybe_finish() {
-    if (done_ || live_workers() > 0) return;
+    if (done_ || restart_pending_ || live_workers() > 0) return;
     if (!all_reaped_) {
       all_reaped_ = true;
       kill_timer_.cancel();
+      hang_timer_.cancel();
       kill_all(SIGKILL);  // grandchildren left in a worker's group do not outlive the job
+      const int generation = restarts_;
       drain_timer_.expires_after(kDrainTimeout);
-      drain_timer_.async_wait([this](const boost::system::error_code& ec) {
-        if (ec) return;
+      drain_timer_.async_wait([this, generation](const boost::system::error_code& ec) {
+        if (ec || generation != restarts_) return;
         for (const auto& w : workers_) {
           if (!w->eof) {
             spdlog::warn(
@@ -489,60 +596,178 @@ class Job {
     for (const auto& w : workers_) {
       if (!w->eof) return;
     }
-    done_ = true;
     drain_timer_.cancel();
+    if (should_restart()) {
+      // Posted, so that no handler of the ending generation is still on the stack.
+      restart_pending_ = true;
+      asio::post(io_, [this] { restart(); });
+      return;
+    }
+    done_ = true;
     boost::system::error_code ignored;
     signals_.cancel(ignored);
     io_.stop();
   }
 
-  JobOutcome report() {
-    JobOutcome out;
+  bool failed() const { return first_failure_ != nullptr || !hang_message_.empty(); }
+
+  bool should_restart() const {
+    if (!failed() || !spawn_error_.empty() || restarts_ >= options_.max_restarts) return false;
+    if (interrupt_) {
+      spdlog::warn("{}; not restarting: the launcher was stopped by {}", failure_what(),
+                   signal_name(*interrupt_));
+      return false;
+    }
+    return true;
+  }
+
+  void restart() {
+    restart_pending_ = false;
+    if (interrupt_) {  // arrived after the decision; the signal wins
+      spdlog::warn("{}; not restarting: the launcher was stopped by {}", failure_what(),
+                   signal_name(*interrupt_));
+      done_ = true;
+      boost::system::error_code ignored;
+      signals_.cancel(ignored);
+      io_.stop();
+      return;
+    }
+    const int next = restarts_ + 1;
+    spdlog::error("{}; restarting the job (restart {} of {}){}", failure_what(), next,
+                  options_.max_restarts, failure_details());
+    std::vector<WorkerLaunch> launches;
+    try {
+      launches = make_generation_(next);
+      if (launches.size() != workers_.size()) {
+        throw SupervisorError("restart " + std::to_string(next) + " has " +
+                              std::to_string(launches.size()) + " worker(s), the job had " +
+                              std::to_string(workers_.size()));
+      }
+      for (std::size_t i = 0; i < launches.size(); ++i) {
+        if (launches[i].rank != workers_[i]->rank) {
+          throw SupervisorError("restart " + std::to_string(next) + " starts rank " +
+                                std::to_string(launches[i].rank) + " where the job had rank " +
+                                std::to_string(workers_[i]->rank));
+        }
+      }
+    } catch (const std::exception& e) {
+      spawn_error_ = "could not prepare restart " + std::to_string(next) + ": " + e.what();
+      spdlog::error("{}", spawn_error_);
+      done_ = true;
+      boost::system::error_code ignored;
+      signals_.cancel(ignored);
+      io_.stop();
+      return;
+    }
+    const std::string separator = "==== restart " + std::to_string(next) + " ====\n";
+    bool echoed = false;
+    for (const auto& w : workers_) {
+      if (w->started) watchdog_->release(w->pid);  // reaped and its group SIGKILLed
+      w->reset_generation();
+      if (w->log_fd >= 0 && !write_all(w->log_fd, separator.data(), separator.size())) {
+        spdlog::error("writing {} failed: {}; rank {}'s further output is dropped", w->log_path,
+                      std::strerror(errno), w->rank);
+        ::close(w->log_fd);
+        w->log_fd = -1;
+      }
+      if (w->console && console_ok_ && !echoed) {
+        console_ok_ = write_all(STDOUT_FILENO, separator.data(), separator.size());
+        echoed = true;
+      }
+    }
+    restarts_ = next;
+    start_generation(launches);
+  }
+
+  // What ended the current generation, e.g. "rank 1 exited with code 3".
+  std::string failure_what() const {
+    if (first_failure_) {
+      return "rank " + std::to_string(first_failure_->rank) + " " +
+             describe_status(first_failure_->status);
+    }
+    return hang_message_;
+  }
+
+  // Where to look: "; log: ...; its last N line(s):\n    ..." for a failed rank, each rank's log
+  // and last line for the hang guard.
+  std::string failure_details() const {
+    std::ostringstream os;
     if (first_failure_) {
       const Worker& w = *first_failure_;
-      out.exit_code = exit_code_of(w.status);
-      out.failed_rank = w.rank;
-      std::ostringstream os;
-      os << "job failed: rank " << w.rank << " (pid " << w.pid << ") " << describe_status(w.status)
-         << "; launcher exit code " << out.exit_code
-         << "; log: " << (w.log_path.empty() ? std::string("console (no --log_dir)") : w.log_path);
+      os << "; log: " << (w.log_path.empty() ? std::string("console (no --log_dir)") : w.log_path);
       if (w.tail.empty()) {
         os << "; it printed nothing";
       } else {
         os << "; its last " << w.tail.size() << " line(s):";
         for (const std::string& line : w.tail) os << "\n    " << line;
       }
-      spdlog::error("{}", os.str());
+      return os.str();
+    }
+    os << "; logs:";
+    for (const auto& w : workers_) {
+      os << "\n    rank " << w->rank << " ("
+         << (w->log_path.empty() ? std::string("console") : w->log_path) << "): "
+         << (w->tail.empty() ? std::string("printed nothing") : "last line: " + w->tail.back());
+    }
+    return os.str();
+  }
+
+  JobOutcome report() {
+    JobOutcome out;
+    out.restarts = restarts_;
+    const std::string after =
+        restarts_ > 0 ? " after " + std::to_string(restarts_) + " restart(s)" : std::string();
+    if (failed()) {
+      if (first_failure_) {
+        const Worker& w = *first_failure_;
+        out.exit_code = exit_code_of(w.status);
+        out.failed_rank = w.rank;
+        spdlog::error("job failed{}: rank {} (pid {}) {}; launcher exit code {}{}", after, w.rank,
+                      w.pid, describe_status(w.status), out.exit_code, failure_details());
+      } else {
+        out.exit_code = kHangExitCode;
+        out.hang = true;
+        spdlog::error("job failed{}: {}; launcher exit code {}{}", after, hang_message_,
+                      out.exit_code, failure_details());
+      }
     }
     if (interrupt_) {
       out.interrupt_signal = interrupt_;
-      if (!first_failure_) {
+      if (!failed()) {
         out.exit_code = 128 + *interrupt_;
         spdlog::warn("stopped by {}: all {} worker(s) ended; exit code {}",
                      signal_name(*interrupt_), workers_.size(), out.exit_code);
       }
     }
-    if (!first_failure_ && !interrupt_ && !spawn_error_.empty()) {
+    if (!failed() && !interrupt_ && !spawn_error_.empty()) {
       out.exit_code = 1;
       spdlog::error("job failed: {}", spawn_error_);
     }
-    if (out.exit_code == 0) spdlog::info("all {} worker(s) exited with code 0", workers_.size());
+    if (out.exit_code == 0) {
+      spdlog::info("all {} worker(s) exited with code 0{}", workers_.size(), after);
+    }
     return out;
   }
 
   const SupervisorOptions& options_;
+  const GenerationFactory& make_generation_;
   asio::io_context io_;
   asio::signal_set signals_;
   asio::steady_timer kill_timer_;
   asio::steady_timer drain_timer_;
+  asio::steady_timer hang_timer_;
   std::vector<std::unique_ptr<Worker>> workers_;
   Watchdog* watchdog_ = nullptr;  // lives on run()'s stack
 
+  // Handlers capture the generation they were armed in and do nothing in a later one.
+  int restarts_ = 0;
   bool stopping_ = false;
   bool all_reaped_ = false;
   bool done_ = false;
+  bool restart_pending_ = false;  // restart() is posted
   bool console_ok_ = true;
-  const Worker* first_failure_ = nullptr;
+  const Worker* first_failure_ = nullptr;  // of the current generation
+  std::string hang_message_;               // set when the hang guard failed the generation
   std::optional<int> interrupt_;
   std::string spawn_error_;
 };
@@ -628,9 +853,13 @@ std::string find_worker(const std::string& worker, const std::string& launcher_d
                             "')");
 }
 
+JobOutcome supervise(const GenerationFactory& make_generation, const SupervisorOptions& options) {
+  Job job(options, make_generation);
+  return job.run();
+}
+
 JobOutcome supervise(const std::vector<WorkerLaunch>& workers, const SupervisorOptions& options) {
-  Job job(options);
-  return job.run(workers);
+  return supervise(GenerationFactory([&workers](int) { return workers; }), options);
 }
 
 }  // namespace ddl::launcher

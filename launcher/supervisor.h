@@ -1,22 +1,30 @@
 // Starting and watching the workers of this node.
 //
 // supervise() starts every worker in its own process group with its output on a pipe read by the
-// launcher, and returns when all of them have been reaped:
-// - output: with a log dir, rank N's stdout+stderr go to DIR/workerlog.N (truncated at start) and
-//   rank 0's lines are echoed to stdout unless quiet; without one, every line goes to stdout as
-//   "[rank N] line", whole lines only, so ranks never interleave within a line;
-// - the first worker that exits non-zero or dies by a signal stops the job: SIGTERM to every
-//   worker's process group, SIGKILL after kill_timeout, then one summary with its last lines;
-// - SIGINT/SIGTERM/SIGHUP to the launcher are forwarded to every worker group; a second one
-//   SIGKILLs them at once;
+// launcher, and returns when the job is over:
+// - output: with a log dir, rank N's stdout+stderr go to DIR/workerlog.N (truncated at the job's
+//   start, appended to across restarts after a "==== restart K ====" line) and rank 0's lines are
+//   echoed to stdout unless quiet; without one, every line goes to stdout as "[rank N] line", whole
+//   lines only, so ranks never interleave within a line;
+// - the first worker that exits non-zero or dies by a signal fails this start of the job ("a
+//   generation"): SIGTERM to every worker's process group, SIGKILL after kill_timeout;
+// - the hang guard (hang_timeout > 0) fails the generation the same way when no running worker has
+//   written anything for hang_timeout; the job's exit code is then kHangExitCode;
+// - a failed generation is restarted (all ranks, fresh processes, the generation factory asked for
+//   new launches) while fewer than max_restarts restarts have happened; otherwise one summary is
+//   printed with the failed rank's last lines and the job ends;
+// - SIGINT/SIGTERM/SIGHUP to the launcher are forwarded to every worker group and end the job (they
+//   never cause a restart); a second one SIGKILLs the workers at once;
 // - each worker has PR_SET_PDEATHSIG=SIGKILL, so a SIGKILLed launcher takes its workers along, and
 //   a small watchdog process (forked per job) then SIGKILLs the workers' process groups, so their
 //   children go too;
-// - when the last worker is reaped, whatever is left in the workers' groups is SIGKILLed.
+// - when the last worker of a generation is reaped, whatever is left in the workers' groups is
+//   SIGKILLed.
 // Single-threaded (one Boost.Asio io_context); call from the main thread, one job at a time.
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -37,6 +45,9 @@ class WorkerNotFoundError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+// The launcher's exit code when the hang guard ended the job (as timeout(1)).
+inline constexpr int kHangExitCode = 124;
 
 // Lines of a failed worker's output repeated in the failure summary.
 inline constexpr int kSummaryTailLines = 10;
@@ -62,17 +73,34 @@ struct SupervisorOptions {
   std::optional<std::string> log_dir;  // created if missing
   bool quiet = false;
   std::chrono::milliseconds kill_timeout{10'000};  // SIGTERM -> SIGKILL grace
+  int max_restarts = 0;  // restarts after a failed generation (worker failure or hang guard)
+  std::chrono::milliseconds hang_timeout{0};  // no output from any running rank this long: fail
+                                              // the generation; 0 turns the hang guard off
 };
 
 struct JobOutcome {
-  int exit_code = 0;                    // 0, the first failed worker's code, or 128+signal
-  std::optional<int> failed_rank;       // the first worker that failed, if any
+  // 0 when the last generation succeeded; else its first failed worker's code (128+signal when
+  // killed), kHangExitCode when the hang guard ended it, 128+signal when the launcher was
+  // interrupted (a failure seen before the interrupt wins), 1 when a worker could not be started.
+  int exit_code = 0;
+  std::optional<int> failed_rank;       // the last generation's first failed worker, if any
   std::optional<int> interrupt_signal;  // the signal that stopped the launcher, if any
+  bool hang = false;                    // the hang guard ended the last generation
+  int restarts = 0;                     // how many times the workers were started again
 };
+
+// The workers of one start of the job: `restart_count` is 0 for the first start, then 1, 2, ...
+// Called once per start, before anything of that start runs; every call must return the same
+// ranks in the same order (they name the log files). An exception thrown for restart_count 0
+// leaves supervise() (nothing has started); a later one ends the job with the previous failure.
+using GenerationFactory = std::function<std::vector<WorkerLaunch>(int restart_count)>;
 
 // Runs the job to the end (see the header comment). Throws SupervisorError when the log dir
 // cannot be created or a log file cannot be opened (nothing has started then). A worker that
-// cannot be spawned stops the others and yields exit code 1.
+// cannot be spawned stops the others, is not restarted, and yields exit code 1.
+JobOutcome supervise(const GenerationFactory& make_generation, const SupervisorOptions& options);
+
+// The same, starting `workers` unchanged on every start.
 JobOutcome supervise(const std::vector<WorkerLaunch>& workers, const SupervisorOptions& options);
 
 // "SIGTERM", "SIGKILL", ... ("signal 42" for others).

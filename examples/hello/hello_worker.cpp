@@ -8,11 +8,17 @@
 //   grandchild
 //   --ignore_sigterm   ignore SIGTERM                    --split_writes   write each line in pieces
 //   --ignore_signals   ignore SIGINT, SIGTERM, SIGHUP    --show_env NAME  print NAME's value too
+//   --steps N          after READY, run N "training steps" (one line "rank R step S" each)
+//   --step_ms N        ... sleeping N ms before each step
+//   --start_file PATH  ... once PATH exists (checked every 10 ms for at most 60 s, else exit 3)
 //   -- ARGS...         print each of ARGS as "ARG <arg>"
+// The steps honour DDL_FAULT (env/contract.h): the rank it names exits, aborts or hangs on
+// reaching its step, in the start of the job it names (DDL_RESTART_COUNT), before printing it.
 #include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -34,6 +40,9 @@ struct HelloOptions {
   bool ignore_sigterm = false;
   bool split_writes = false;
   bool ignore_signals = false;
+  int steps = 0;
+  int step_ms = 0;
+  std::string start_file;
   std::vector<std::string> show_env;
   std::vector<std::string> echo_args;
 };
@@ -83,6 +92,12 @@ HelloOptions parse(int argc, char** argv) {
       o.split_writes = true;
     else if (a == "--ignore_signals")
       o.ignore_signals = true;
+    else if (a == "--steps")
+      o.steps = parse_int(a, value());
+    else if (a == "--step_ms")
+      o.step_ms = parse_int(a, value());
+    else if (a == "--start_file" && i + 1 < argc)
+      o.start_file = argv[++i];
     else if (a == "--show_env" && i + 1 < argc)
       o.show_env.emplace_back(argv[++i]);
     else if (a == "--") {
@@ -104,6 +119,24 @@ HelloOptions parse(int argc, char** argv) {
   std::exit(o.exit_code);
 }
 
+// Does what `fault` says; returns only when the action is "hang" and a signal ends it.
+void inject(const ddl::env::FaultSpec& fault, int rank, std::int64_t step) {
+  using Action = ddl::env::FaultSpec::Action;
+  say("FAULT rank " + std::to_string(rank) + " step " + std::to_string(step) + ": " +
+      (fault.action == Action::kExit    ? "exit " + std::to_string(fault.exit_code)
+       : fault.action == Action::kAbort ? std::string("abort")
+                                        : std::string("hang")));
+  switch (fault.action) {
+    case Action::kExit:
+      ::_exit(fault.exit_code);
+    case Action::kAbort:
+      ::signal(SIGABRT, SIG_DFL);
+      std::abort();
+    case Action::kHang:
+      while (true) ::pause();
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -118,6 +151,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   const int rank = contract ? contract->rank : 0;
+  const int restart_count = contract ? contract->restart_count : 0;
+  std::optional<ddl::env::FaultSpec> fault;
+  try {
+    fault = ddl::env::fault_spec(env);
+  } catch (const ddl::env::EnvError& e) {
+    say(std::string("hello_worker: bad environment: ") + e.what());
+    return 2;
+  }
   ddl::logging::init(ddl::logging::rank_role(rank), spdlog::level::info);
 
   if (o.ignore_sigterm) ::signal(SIGTERM, SIG_IGN);
@@ -138,7 +179,7 @@ int main(int argc, char** argv) {
   for (const char* name :
        {kTrainerId, kTrainersNum, kCurrentEndpoint, kTrainerEndpoints, kSelectedGpus, kRank,
         kLocalRank, kWorldSize, kLocalWorldSize, kMasterAddr, kMasterPort, kOmpNumThreads, kJobId,
-        kRendezvousTimeoutMs, kLogLevel}) {
+        kRendezvousTimeoutMs, kRestartCount, kLogLevel, kFault}) {
     say(std::string("ENV ") + name + "=" + lookup(env, name).value_or("<unset>"));
   }
   for (const std::string& name : o.show_env) {
@@ -168,6 +209,23 @@ int main(int argc, char** argv) {
     if (child > 0) say("CHILD " + std::to_string(child));
   }
   say("READY pid " + std::to_string(::getpid()) + " pgid " + std::to_string(::getpgrp()));
+
+  if (!o.start_file.empty()) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (::access(o.start_file.c_str(), F_OK) != 0) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        say("hello_worker: " + o.start_file + " did not appear within 60 s");
+        return 3;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  for (int step = 0; step < o.steps; ++step) {
+    if (o.step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.step_ms));
+    if (fault && fault->fires(rank, step, restart_count)) inject(*fault, rank, step);
+    say("rank " + std::to_string(rank) + " step " + std::to_string(step) + " restart " +
+        std::to_string(restart_count));
+  }
 
   if (o.fail_rank && *o.fail_rank == rank) finish(o);
   if (o.sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.sleep_ms));

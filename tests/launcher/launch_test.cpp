@@ -31,6 +31,7 @@ using std::chrono::milliseconds;
 const std::string kBin = DDL_BIN_DIR;
 const std::string kLaunch = kBin + "/launch";
 const std::string kHello = kBin + "/hello_worker";
+constexpr int kHangExitCode = 124;  // launcher/supervisor.h; this test links no launcher code
 
 std::string read_file(const fs::path& p) {
   std::ifstream in(p);
@@ -41,6 +42,12 @@ std::string read_file(const fs::path& p) {
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
+}
+
+int count(const std::string& text, const std::string& part) {
+  int n = 0;
+  for (std::size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
 }
 
 // Polls `done` every 10 ms until it holds or `timeout` passes.
@@ -155,15 +162,23 @@ class LaunchRun {
   std::string out() const { return read_file(out_); }
   std::string err() const { return read_file(err_); }
 
-  // Worker pids (= their process groups) from the launcher's debug log "started rank N as pid P".
+  // Worker pids (= their process groups) from the launcher's debug log "started rank N as pid P";
+  // the latest start of each rank.
   std::map<int, pid_t> worker_pids() const {
     std::map<int, pid_t> pids;
+    for (const auto& [rank, pid] : starts()) pids[rank] = pid;
+    return pids;
+  }
+
+  // Every start of every rank, in order (several per rank after restarts).
+  std::vector<std::pair<int, pid_t>> starts() const {
+    std::vector<std::pair<int, pid_t>> found;
     static const std::regex started(R"(started rank (\d+) as pid (\d+))");
     const std::string text = err();
     for (std::sregex_iterator it(text.begin(), text.end(), started), end; it != end; ++it) {
-      pids[std::stoi((*it)[1])] = std::stoi((*it)[2]);
+      found.emplace_back(std::stoi((*it)[1]), std::stoi((*it)[2]));
     }
-    return pids;
+    return found;
   }
 
  private:
@@ -192,10 +207,32 @@ bool all_ready(const fs::path& dir, int n, milliseconds timeout) {
       timeout);
 }
 
-void expect_nothing_left(const std::map<int, pid_t>& pids) {
-  const std::set<pid_t> groups = groups_of(pids);
+void expect_nothing_left(const std::set<pid_t>& groups) {
   EXPECT_TRUE(wait_until([&] { return live_members(groups).empty(); }, milliseconds(2000)))
       << live_members(groups).size() << " process(es) of the job still alive";
+}
+
+void expect_nothing_left(const std::map<int, pid_t>& pids) { expect_nothing_left(groups_of(pids)); }
+
+// Every process group the launcher ever started, across restarts.
+std::set<pid_t> all_groups(const LaunchRun& run) {
+  std::set<pid_t> groups;
+  for (const auto& [rank, pid] : run.starts()) groups.insert(pid);
+  return groups;
+}
+
+std::string worker_log(const fs::path& dir, int rank) {
+  return read_file(dir / ("workerlog." + std::to_string(rank)));
+}
+
+// The values of "ENV NAME=value" lines in a log, in order (one per start of the rank).
+std::vector<std::string> env_values(const std::string& log, const std::string& name) {
+  std::vector<std::string> values;
+  const std::regex line("ENV " + name + "=(\\S+)");
+  for (std::sregex_iterator it(log.begin(), log.end(), line), end; it != end; ++it) {
+    values.push_back((*it)[1]);
+  }
+  return values;
 }
 
 TEST(Launch, LogsLandInWorkerlogsWithEachRanksEnv) {
@@ -395,6 +432,231 @@ TEST(Launch, SigkillToLauncherTakesTheWorkersAlong) {
   }
   // The workers' own children (the watchdog's part) go too.
   expect_nothing_left(pids);
+}
+
+TEST(Launch, SigintThenSigtermEndsEverythingWithinTheGracePeriod) {
+  TempDir tmp;
+  const fs::path logs = tmp.path() / "logs";
+  // The workers ignore both signals, so only the launcher's SIGKILL ends them: the SIGTERM must
+  // bring that forward instead of waiting out the 3 s grace period.
+  LaunchRun run(tmp, {"--nproc_per_node=2", "--log_dir", logs.string(), "--log_level=debug",
+                      "--kill_timeout=3", "--print_config=false", "hello_worker", "--sleep_ms",
+                      "60000", "--ignore_signals", "--spawn_child"});
+  ASSERT_TRUE(all_ready(logs, 2, milliseconds(10'000))) << run.err();
+  const auto pids = run.worker_pids();
+  ASSERT_EQ(pids.size(), 2u) << run.err();
+  ::kill(run.pid(), SIGINT);
+  ASSERT_TRUE(
+      wait_until([&] { return contains(run.err(), "received SIGINT"); }, milliseconds(5000)))
+      << run.err();
+  const auto terminated = Clock::now();
+  ::kill(run.pid(), SIGTERM);
+  ASSERT_EQ(run.wait(milliseconds(3000)), 128 + SIGINT) << "the first signal names the exit code\n"
+                                                        << run.err();
+  EXPECT_LT(Clock::now() - terminated, milliseconds(3000)) << "within the grace period";
+  expect_nothing_left(pids);
+}
+
+// --- Restarts and the hang guard ----------------------------------------------------------------
+
+TEST(Launch, RestartAfterAFailureInTheFirstStartSucceeds) {
+  TempDir tmp;
+  const fs::path logs = tmp.path() / "logs";
+  // Rank 1 exits with 3 at step 2 of the first start only; the restart runs clean.
+  LaunchRun run(tmp,
+                {"--nproc_per_node=2", "--max_restarts=1", "--log_dir", logs.string(),
+                 "--log_level=debug", "--print_config=false", "hello_worker", "--steps", "4",
+                 "--step_ms", "20"},
+                {{ddl::env::kFault, "rank=1,step=2,exit=3,restart=0"}});
+  ASSERT_EQ(run.wait(milliseconds(15'000)), 0) << run.err();
+  const std::string err = run.err();
+  EXPECT_TRUE(contains(err, "rank 1 exited with code 3; restarting the job (restart 1 of 1)"))
+      << err;
+  EXPECT_TRUE(contains(err, "all 2 worker(s) exited with code 0 after 1 restart(s)")) << err;
+  EXPECT_EQ(run.starts().size(), 4u) << "two ranks, two starts: " << err;
+
+  for (int r = 0; r < 2; ++r) {
+    const std::string log = worker_log(logs, r);
+    SCOPED_TRACE("workerlog." + std::to_string(r) + ":\n" + log);
+    const std::string R = std::to_string(r);
+    EXPECT_EQ(count(log, "==== restart 1 ====\n"), 1) << "one separator between the starts";
+    const std::size_t separator = log.find("==== restart 1 ====");
+    ASSERT_NE(separator, std::string::npos);
+    const std::string first = log.substr(0, separator), second = log.substr(separator);
+    EXPECT_TRUE(contains(first, "ENV DDL_RESTART_COUNT=0\n"));
+    EXPECT_TRUE(contains(second, "ENV DDL_RESTART_COUNT=1\n"));
+    EXPECT_TRUE(contains(second, "rank " + R + " step 3 restart 1\n")) << "the restart finished";
+    if (r == 1) {
+      EXPECT_TRUE(contains(first, "FAULT rank 1 step 2: exit 3"));
+    }
+    // A new rendezvous generation: another job id, same endpoints.
+    const auto ids = env_values(log, ddl::env::kJobId);
+    ASSERT_EQ(ids.size(), 2u);
+    EXPECT_NE(ids[0], ids[1]);
+    EXPECT_EQ(ids[0].substr(0, ids[0].size() - 3) + "-g1", ids[1]) << "<job>-g0 -> <job>-g1";
+    const auto endpoints = env_values(log, ddl::env::kTrainerEndpoints);
+    ASSERT_EQ(endpoints.size(), 2u);
+    EXPECT_EQ(endpoints[0], endpoints[1]);
+  }
+  expect_nothing_left(all_groups(run));
+}
+
+TEST(Launch, AlwaysFailingWorkerEndsAfterMaxRestartsWithItsCode) {
+  TempDir tmp;
+  const fs::path logs = tmp.path() / "logs";
+  LaunchRun run(tmp,
+                {"--nproc_per_node=2", "--max_restarts=1", "--log_dir", logs.string(),
+                 "--log_level=debug", "--print_config=false", "hello_worker", "--steps", "3",
+                 "--sleep_ms", "60000", "--spawn_child"},
+                {{ddl::env::kFault, "rank=1,step=1,exit=7"}});
+  // Each start: rank 1 fails at once, rank 0 dies at SIGTERM; far below the 10 s kill timeout.
+  ASSERT_EQ(run.wait(milliseconds(8000)), 7) << run.err();
+  EXPECT_LT(run.elapsed(), milliseconds(6000));
+  const std::string err = run.err();
+  int rank1_starts = 0;
+  for (const auto& [rank, pid] : run.starts()) rank1_starts += rank == 1;
+  EXPECT_EQ(rank1_starts, 2) << "exactly one restart: " << err;
+  EXPECT_EQ(count(err, "restarting the job"), 1) << err;
+  EXPECT_TRUE(contains(err, "job failed after 1 restart(s): rank 1")) << err;
+  EXPECT_TRUE(contains(err, "exited with code 7; launcher exit code 7")) << err;
+  const std::string log1 = worker_log(logs, 1);
+  EXPECT_EQ(env_values(log1, ddl::env::kRestartCount), (std::vector<std::string>{"0", "1"}))
+      << log1;
+  EXPECT_EQ(count(log1, "FAULT rank 1 step 1: exit 7"), 2) << log1;
+  expect_nothing_left(all_groups(run));
+}
+
+TEST(Launch, HangGuardEndsASilentJobNamingTheRanks) {
+  TempDir tmp;
+  const fs::path logs = tmp.path() / "logs";
+  LaunchRun run(tmp, {"--nproc_per_node=2", "--hang_timeout=1", "--log_dir", logs.string(),
+                      "--log_level=debug", "--print_config=false", "hello_worker", "--sleep_ms",
+                      "60000", "--spawn_child"});
+  // 1 s of silence after start-up, then SIGTERM; bound: 3 s from the launcher's start.
+  ASSERT_EQ(run.wait(milliseconds(6000)), kHangExitCode) << run.err();
+  EXPECT_GE(run.elapsed(), milliseconds(1000));
+  EXPECT_LT(run.elapsed(), milliseconds(3000));
+  const std::string err = run.err();
+  EXPECT_TRUE(contains(err, "job failed: hang guard: no output from any rank for 1 s; silent: "
+                            "ranks 0 ("))
+      << err;
+  EXPECT_TRUE(std::regex_search(err, std::regex(R"(silent: ranks 0 \(1\.\d s\), 1 \(1\.\d s\))")))
+      << err;
+  EXPECT_TRUE(contains(err, "launcher exit code 124")) << err;
+  EXPECT_TRUE(contains(err, (logs / "workerlog.1").string() + "): last line: READY")) << err;
+  EXPECT_FALSE(contains(err, "restarting")) << err;
+  const auto pids = run.worker_pids();
+  ASSERT_EQ(pids.size(), 2u) << err;
+  expect_nothing_left(pids);
+}
+
+TEST(Launch, HangGuardWatchesOnlyRunningRanksAndRestarts) {
+  TempDir tmp;
+  const fs::path logs = tmp.path() / "logs";
+  // Rank 1 hangs at step 2 of the first start while rank 0 goes on printing for 1.5 s: the guard
+  // (1 s) must wait for rank 0 to finish, then name rank 1 alone and restart the job.
+  LaunchRun run(tmp,
+                {"--nproc_per_node=2", "--hang_timeout=1", "--max_restarts=1", "--log_dir",
+                 logs.string(), "--log_level=debug", "--print_config=false", "hello_worker",
+                 "--steps", "30", "--step_ms", "50"},
+                {{ddl::env::kFault, "rank=1,step=2,hang,restart=0"}});
+  ASSERT_EQ(run.wait(milliseconds(15'000)), 0) << run.err();
+  const std::string err = run.err();
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      err, m,
+      std::regex(R"(hang guard: no output from any rank for 1 s; silent: rank 1 \((\d+\.\d) s\); )"
+                 R"(restarting the job \(restart 1 of 1\))")))
+      << err;
+  EXPECT_GE(std::stod(m[1]), 1.5) << "rank 0's output kept the guard quiet";
+  const std::string log1 = worker_log(logs, 1);
+  EXPECT_TRUE(contains(log1, "FAULT rank 1 step 2: hang")) << log1;
+  EXPECT_TRUE(contains(log1, "rank 1 step 29 restart 1")) << log1;
+  expect_nothing_left(all_groups(run));
+}
+
+class LaunchSignalWithRestarts : public ::testing::TestWithParam<int> {};
+
+TEST_P(LaunchSignalWithRestarts, EndsTheJobWithoutRestart) {
+  const int signo = GetParam();
+  TempDir tmp;
+  const fs::path logs = tmp.path() / "logs";
+  LaunchRun run(tmp, {"--nproc_per_node=2", "--max_restarts=3", "--log_dir", logs.string(),
+                      "--log_level=debug", "--print_config=false", "hello_worker", "--sleep_ms",
+                      "60000", "--spawn_child"});
+  ASSERT_TRUE(all_ready(logs, 2, milliseconds(10'000))) << run.err();
+  ::kill(run.pid(), signo);
+  // The workers die at the forwarded signal; bound 5 s (the kill timeout is 10 s).
+  ASSERT_EQ(run.wait(milliseconds(5000)), 128 + signo) << run.err();
+  const std::string err = run.err();
+  EXPECT_FALSE(contains(err, "restart")) << err;
+  EXPECT_EQ(run.starts().size(), 2u) << "started once: " << err;
+  EXPECT_FALSE(contains(worker_log(logs, 0), "==== restart")) << worker_log(logs, 0);
+  expect_nothing_left(all_groups(run));
+}
+
+INSTANTIATE_TEST_SUITE_P(Launcher, LaunchSignalWithRestarts,
+                         ::testing::Values(SIGINT, SIGTERM, SIGHUP));
+
+TEST(Launch, SigintWhileStoppingAFailedStartPreventsTheRestart) {
+  TempDir tmp;
+  const fs::path logs = tmp.path() / "logs";
+  const fs::path go = tmp.path() / "go";
+  // Rank 1 fails once both are READY; rank 0 ignores SIGTERM, so the launcher waits out
+  // --kill_timeout=60 - until SIGINT arrives, which kills at once and ends the job with rank 1's
+  // code.
+  LaunchRun run(tmp,
+                {"--nproc_per_node=2", "--max_restarts=3", "--kill_timeout=60", "--log_dir",
+                 logs.string(), "--log_level=debug", "--print_config=false", "hello_worker",
+                 "--start_file", go.string(), "--steps", "1", "--sleep_ms", "60000",
+                 "--ignore_sigterm"},
+                {{ddl::env::kFault, "rank=1,step=0,exit=5"}});
+  ASSERT_TRUE(all_ready(logs, 2, milliseconds(10'000))) << run.err();
+  std::ofstream(go).close();
+  ASSERT_TRUE(wait_until([&] { return contains(run.err(), "stopping the other 1 worker(s)"); },
+                         milliseconds(10'000)))
+      << run.err();
+  ::kill(run.pid(), SIGINT);
+  ASSERT_EQ(run.wait(milliseconds(5000)), 5) << run.err();
+  const std::string err = run.err();
+  EXPECT_TRUE(contains(err, "not restarting: the launcher was stopped by SIGINT")) << err;
+  EXPECT_FALSE(contains(err, "restarting the job")) << err;
+  EXPECT_EQ(run.starts().size(), 2u) << err;
+  expect_nothing_left(all_groups(run));
+}
+
+TEST(Launch, SigkillToLauncherAfterARestartTakesTheWorkersAlong) {
+  TempDir tmp;
+  const fs::path logs = tmp.path() / "logs";
+  LaunchRun run(tmp,
+                {"--nproc_per_node=2", "--max_restarts=2", "--log_dir", logs.string(),
+                 "--log_level=debug", "--print_config=false", "hello_worker", "--steps", "1",
+                 "--sleep_ms", "60000", "--spawn_child"},
+                {{ddl::env::kFault, "rank=0,step=0,abort,restart=0"}});
+  // Both ranks of the second start are sleeping once each log has a READY after the separator.
+  ASSERT_TRUE(wait_until(
+      [&] {
+        for (int r = 0; r < 2; ++r) {
+          const std::string log = worker_log(logs, r);
+          const std::size_t sep = log.find("==== restart 1 ====");
+          if (sep == std::string::npos || log.find("restart 1\n", sep) == std::string::npos)
+            return false;
+        }
+        return true;
+      },
+      milliseconds(10'000)))
+      << run.err();
+  EXPECT_TRUE(contains(run.err(), "rank 0 was killed by SIGABRT (exit code 134); restarting"))
+      << run.err();
+  const auto pids = run.worker_pids();  // the second start's
+  ASSERT_EQ(pids.size(), 2u) << run.err();
+  ::kill(run.pid(), SIGKILL);
+  ASSERT_EQ(run.wait(milliseconds(5000)), 128 + SIGKILL);
+  for (const auto& [rank, pid] : pids) {
+    EXPECT_TRUE(wait_until([&] { return !alive(pid); }, milliseconds(2000)))
+        << "rank " << rank << " (pid " << pid << ") outlived a SIGKILLed launcher";
+  }
+  expect_nothing_left(all_groups(run));
 }
 
 TEST(Launch, MissingOrNonExecutableWorkerIs127) {

@@ -39,6 +39,8 @@ TEST(Options, Defaults) {
   EXPECT_FALSE(o.log_level_name);
   EXPECT_EQ(o.kill_timeout, std::chrono::milliseconds(10'000));
   EXPECT_FALSE(o.rendezvous_timeout);
+  EXPECT_EQ(o.max_restarts, 0);
+  EXPECT_EQ(o.hang_timeout, std::chrono::milliseconds(0));
   EXPECT_EQ(o.worker, "train");
   EXPECT_TRUE(o.worker_args.empty());
   EXPECT_EQ(o.node_index(), 0);
@@ -97,6 +99,19 @@ TEST(Options, SwitchesAndLevels) {
   EXPECT_EQ(parse({"--nproc_per_node", "3", "w"}).nproc_per_node, 3);
 }
 
+TEST(Options, RestartsAndHangGuard) {
+  EXPECT_EQ(parse({"--max_restarts=3", "w"}).max_restarts, 3);
+  EXPECT_EQ(parse({"--max_restarts", "0", "w"}).max_restarts, 0);
+  EXPECT_EQ(parse({"--hang_timeout=1.5", "w"}).hang_timeout, std::chrono::milliseconds(1500));
+  EXPECT_EQ(parse({"--hang_timeout", "0", "w"}).hang_timeout, std::chrono::milliseconds(0));
+  const std::string text = describe_options(parse({"--max_restarts=2", "--hang_timeout=30", "w"}));
+  EXPECT_NE(text.find("max_restarts: 2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("hang_timeout: 30\n"), std::string::npos) << text;
+  EXPECT_NE(describe_options(parse({"w"})).find("hang_timeout: None\n"), std::string::npos);
+  EXPECT_NE(help_text().find("--max_restarts"), std::string::npos);
+  EXPECT_NE(help_text().find("--hang_timeout"), std::string::npos);
+}
+
 TEST(Options, HelpAndVersionNeedNoWorker) {
   EXPECT_TRUE(parse({"--help"}).help);
   EXPECT_TRUE(parse({"-h"}).help);
@@ -145,6 +160,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{{"--kill_timeout=-1", "w"}, {"--kill_timeout", "-1"}},
         BadCase{{"--kill_timeout=soon", "w"}, {"--kill_timeout", "soon"}},
         BadCase{{"--rendezvous_timeout=0", "w"}, {"--rendezvous_timeout", "'0'"}},
+        BadCase{{"--max_restarts=-1", "w"}, {"--max_restarts", "-1"}},
+        BadCase{{"--max_restarts=many", "w"}, {"--max_restarts", "many"}},
+        BadCase{{"--max_restarts=1001", "w"}, {"--max_restarts", "1001"}},
+        BadCase{{"--hang_timeout=-2", "w"}, {"--hang_timeout", "-2"}},
+        BadCase{{"--hang_timeout=later", "w"}, {"--hang_timeout", "later"}},
         BadCase{{"--print_config=maybe", "w"}, {"--print_config", "maybe"}},
         BadCase{{"--bogus", "w"}, {"--bogus", "--help"}},
         BadCase{{"--bogus=1", "w"}, {"--bogus=1", "--help"}},

@@ -166,6 +166,23 @@ TEST(Plan, RoundTripThroughTheEnvironment) {
   }
 }
 
+TEST(Plan, EachRestartIsANewGeneration) {
+  FakePicker picker{{5001, 5002}};
+  PlanInputs in = inputs(picker);
+  in.restart_count = 2;
+  in.job_id = generation_job_id("job1", 2);
+  EXPECT_EQ(in.job_id, "job1-g2");
+  EXPECT_NE(generation_job_id("job1", 0), generation_job_id("job1", 1));
+  const ClusterPlan plan = make_plan(parse({"--nproc_per_node=2", "w"}), in);
+  for (const WorkerSpec& w : plan.local) {
+    EXPECT_EQ(w.env.at(env::kRestartCount), "2");
+    EXPECT_EQ(w.env.at(env::kJobId), "job1-g2");
+    const auto back = env::from_env(w.env);
+    ASSERT_TRUE(back);
+    EXPECT_EQ(back->restart_count, 2);
+  }
+}
+
 TEST(Plan, BadPickerIsAnError) {
   FakePicker dup{{5001, 5001}};
   EXPECT_THROW(make_plan(parse({"--nproc_per_node=2", "w"}), inputs(dup)), PlanError);
