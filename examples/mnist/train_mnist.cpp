@@ -1,0 +1,376 @@
+// train_mnist: the seed's data-parallel MNIST trainer (train_multi_gpu.py) in LibTorch.
+//
+//   launch --nproc_per_node=2 --log_dir ./mylog train_mnist        two CPU workers
+//   launch --selected_gpus=0,1,2,3 --log_dir ./mylog train_mnist   one worker per GPU
+//   train_mnist                                                    standalone: a world of one
+//
+// It is the single-device program plus the seed's four changes, marked "Change N" below. Every rank
+// prints `epoch: E, batch: B, loss is: [L]` every --log_interval batches, the test accuracy after
+// each epoch, and one JSON summary line at the end (stdout); diagnostics go to the log (stderr).
+//
+// Checkpoints: rank 0 writes <save>.pt atomically after every epoch (and every --save_every steps
+// when set); --resume, or a restart by the launcher (DDL_RESTART_COUNT > 0) finding one, continues
+// from it on every rank, mid-epoch included.
+//
+// Exit codes: 0 done, 1 training failed, 2 bad options, 3 bad data, 4 checkpoint problem,
+// 5 environment / rendezvous / collective failure.
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cxxopts.hpp>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "env/contract.h"
+#include "examples/mnist/checkpoint.h"
+#include "examples/mnist/mnist_data.h"
+#include "examples/mnist/mnist_net.h"
+#include "logging/log.h"
+#include "worker/parallel.h"
+
+#ifndef DDL_MNIST_DEFAULT_DATA
+#define DDL_MNIST_DEFAULT_DATA "data/mnist"
+#endif
+
+namespace ddl {
+namespace {
+
+namespace fs = std::filesystem;
+using mnist::MnistNet;
+
+enum ExitCode { kOk = 0, kFailed = 1, kUsage = 2, kBadData = 3, kBadCheckpoint = 4, kParallel = 5 };
+
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct Options {
+  int epochs = 5;
+  std::int64_t batch_size = 100;  // per worker, as in the seed
+  double lr = 0.01;
+  std::string optimizer = "sgd";
+  std::uint64_t seed = 0;
+  std::int64_t log_interval = 200;
+  std::string save = "mnist";   // checkpoint at <save>.pt; empty: none
+  std::int64_t save_every = 0;  // steps between mid-epoch checkpoints; 0: after each epoch only
+  bool resume = false;
+  std::string device = "auto";
+  std::int64_t max_steps = 0;  // global optimizer steps; 0: no limit
+  std::string data;            // IDX folder or mnist.json.gz; empty: the fetched data folder
+  int threads = 0;             // 0: LibTorch's default (follows OMP_NUM_THREADS)
+  std::optional<std::string> log_level;
+};
+
+// Parses the command line; std::nullopt when --help was asked for (the help is printed).
+std::optional<Options> parse_options(int argc, char** argv) {
+  cxxopts::Options spec("train_mnist",
+                        "The seed's data-parallel MNIST trainer. Run it under `launch` for "
+                        "several workers, or alone as a world of one.");
+  // clang-format off
+  spec.add_options()
+      ("epochs", "epochs to train", cxxopts::value<int>()->default_value("5"))
+      ("batch_size", "images per batch on each worker", cxxopts::value<std::int64_t>()->default_value("100"))
+      ("lr", "learning rate", cxxopts::value<double>()->default_value("0.01"))
+      ("optimizer", "sgd | momentum (0.9) | adagrad | adam", cxxopts::value<std::string>()->default_value("sgd"))
+      ("seed", "seed of the initial weights and of the shuffling", cxxopts::value<std::uint64_t>()->default_value("0"))
+      ("log_interval", "print the loss every N batches", cxxopts::value<std::int64_t>()->default_value("200"))
+      ("save", "checkpoint path prefix: rank 0 writes <save>.pt; '' saves nothing", cxxopts::value<std::string>()->default_value("mnist"))
+      ("save_every", "also checkpoint every N steps (0: after each epoch only)", cxxopts::value<std::int64_t>()->default_value("0"))
+      ("resume", "continue from <save>.pt (model, optimizer, epoch and batch)")
+      ("device", "cpu | gpu | auto (the env's GPU when CUDA is available, else CPU)", cxxopts::value<std::string>()->default_value("auto"))
+      ("max_steps", "stop after this many optimizer steps in all (0: no limit)", cxxopts::value<std::int64_t>()->default_value("0"))
+      ("data_dir", "folder with the MNIST IDX files (default: <repo>/data/mnist)", cxxopts::value<std::string>())
+      ("data", "IDX folder or the seed's mnist.json.gz", cxxopts::value<std::string>())
+      ("threads", "intra-op threads (default: LibTorch's, which follows OMP_NUM_THREADS)", cxxopts::value<int>()->default_value("0"))
+      ("log_level", "debug | info | warn | error (default: DDL_LOG_LEVEL, else info)", cxxopts::value<std::string>())
+      ("h,help", "print this help");
+  // clang-format on
+  cxxopts::ParseResult r;
+  try {
+    r = spec.parse(argc, argv);
+  } catch (const cxxopts::exceptions::exception& e) {
+    throw UsageError(e.what());
+  }
+  if (r.count("help")) {
+    std::cout << spec.help() << std::endl;
+    return std::nullopt;
+  }
+  if (!r.unmatched().empty()) throw UsageError("unexpected argument '" + r.unmatched()[0] + "'");
+
+  Options o;
+  o.epochs = r["epochs"].as<int>();
+  o.batch_size = r["batch_size"].as<std::int64_t>();
+  o.lr = r["lr"].as<double>();
+  o.optimizer = r["optimizer"].as<std::string>();
+  o.seed = r["seed"].as<std::uint64_t>();
+  o.log_interval = r["log_interval"].as<std::int64_t>();
+  o.save = r["save"].as<std::string>();
+  o.save_every = r["save_every"].as<std::int64_t>();
+  o.resume = r.count("resume") > 0;
+  o.device = r["device"].as<std::string>();
+  o.max_steps = r["max_steps"].as<std::int64_t>();
+  o.threads = r["threads"].as<int>();
+  if (r.count("log_level")) o.log_level = r["log_level"].as<std::string>();
+  if (r.count("data") && r.count("data_dir"))
+    throw UsageError("give --data or --data_dir, not both");
+  if (r.count("data")) o.data = r["data"].as<std::string>();
+  if (r.count("data_dir")) o.data = r["data_dir"].as<std::string>();
+
+  auto require = [](bool ok, const std::string& what) {
+    if (!ok) throw UsageError(what);
+  };
+  require(o.epochs >= 0, "--epochs must be >= 0, got " + std::to_string(o.epochs));
+  require(o.batch_size > 0, "--batch_size must be > 0, got " + std::to_string(o.batch_size));
+  require(o.lr > 0 && std::isfinite(o.lr), "--lr must be a positive number");
+  require(o.log_interval > 0, "--log_interval must be > 0, got " + std::to_string(o.log_interval));
+  require(o.save_every >= 0, "--save_every must be >= 0, got " + std::to_string(o.save_every));
+  require(o.max_steps >= 0, "--max_steps must be >= 0, got " + std::to_string(o.max_steps));
+  require(o.threads >= 0, "--threads must be >= 0, got " + std::to_string(o.threads));
+  require(o.device == "auto" || o.device == "cpu" || o.device == "gpu",
+          "--device must be cpu, gpu or auto, got '" + o.device + "'");
+  require(o.optimizer == "sgd" || o.optimizer == "momentum" || o.optimizer == "adagrad" ||
+              o.optimizer == "adam",
+          "--optimizer must be sgd, momentum, adagrad or adam, got '" + o.optimizer + "'");
+  require(!o.resume || !o.save.empty(), "--resume needs --save to name the checkpoint");
+  return o;
+}
+
+// The fetched data folder: next to the build (<repo>/build*/bin/train_mnist), else the source
+// folder this binary was built from.
+std::string default_data_path() {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path candidate = exe.parent_path().parent_path().parent_path() / "data" / "mnist";
+    if (fs::is_directory(candidate, ec)) return candidate.string();
+  }
+  return DDL_MNIST_DEFAULT_DATA;
+}
+
+// --device auto: the GPU the launcher selected (or this node's local rank) when CUDA is usable.
+torch::Device choose_device(const std::string& wanted, const ParallelEnv& env) {
+  const bool cuda = torch::cuda::is_available();
+  if (wanted == "cpu" || (wanted == "auto" && !cuda)) return torch::kCPU;
+  if (!cuda) {
+    throw UsageError(
+        "--device gpu: CUDA is not available to this LibTorch (no GPU visible, or a "
+        "CPU-only build); use --device cpu");
+  }
+  const int gpu = env.gpu.value_or(env.local_rank);
+  const auto count = static_cast<int>(torch::cuda::device_count());
+  if (gpu >= count) {
+    throw UsageError("GPU " + std::to_string(gpu) + " selected (FLAGS_selected_gpus or local " +
+                     "rank) but only " + std::to_string(count) + " GPU(s) are visible");
+  }
+  return torch::Device(torch::kCUDA, static_cast<torch::DeviceIndex>(gpu));
+}
+
+std::string format_loss(float loss) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.8g", static_cast<double>(loss));
+  return buf;
+}
+
+std::string format_accuracy(double ratio) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.4f", ratio);
+  return buf;
+}
+
+void print_line(const std::string& line) { std::cout << line << std::endl; }
+
+int train(const Options& opt) {
+  // Change 1: this process's place in the job, and its device, come from the environment.
+  const ParallelEnv env = ParallelEnv::from_process();
+  const env::EnvMap vars = env::current_environment();
+  const auto level = opt.log_level ? opt.log_level : env::log_level(vars);
+  logging::init(logging::rank_role(env.rank), logging::parse_level(level.value_or("info")));
+  const torch::Device device = choose_device(opt.device, env);
+  if (opt.threads > 0) torch::set_num_threads(opt.threads);
+  torch::manual_seed(opt.seed);
+
+  const std::string data_path = opt.data.empty() ? default_data_path() : opt.data;
+  spdlog::info("loading mnist dataset from {} ......", data_path);
+  mnist::MnistData data = mnist::load(data_path);
+  // The whole dataset lives on the device; batches are gathered there by index.
+  const mnist::Dataset train_set = data.train.to(device);
+  const mnist::Dataset test_set = data.test.to(device);
+  data = {};
+
+  // Change 2: prepare the parallel context and wrap the model.
+  ContextOptions context_options;
+  context_options.backend = device.is_cuda() ? Backend::kAuto : Backend::kGloo;
+  auto ctx = prepare_context(env, context_options);
+  MnistNet model;
+  model->to(device);
+  auto optimizer = mnist::make_optimizer(opt.optimizer, model->parameters(), opt.lr);
+
+  const std::string checkpoint = opt.save.empty() ? "" : opt.save + ".pt";
+  const int restart_count = env.contract ? env.contract->restart_count : 0;
+  std::error_code ec;
+  const bool resume =
+      opt.resume || (restart_count > 0 && !checkpoint.empty() && fs::exists(checkpoint, ec));
+  mnist::TrainingPosition position{0, 0, 0, opt.optimizer, opt.seed, env.world_size};
+  if (resume) {
+    // Every rank loads the checkpoint (its optimizer state is per rank); DataParallel's
+    // construction below then broadcasts rank 0's parameters, so the replicas agree exactly.
+    position = mnist::load_checkpoint(checkpoint, *model, *optimizer, device, position);
+    spdlog::info("resumed from {}: epoch {}, batch {}, step {} (written by a world of {})",
+                 checkpoint, position.epoch, position.batch, position.global_step,
+                 position.world_size);
+    position.world_size = env.world_size;
+  }
+  DataParallel dp(*model, *ctx);
+  model->train();
+
+  // Change 3: every rank reads a different share of each epoch.
+  const DistributedBatchSampler sampler(train_set.size(), opt.batch_size, env.rank, env.world_size,
+                                        opt.seed);
+  spdlog::info(
+      "rank {} of {} on {}, {} threads; {}: {} train / {} test images; {} batches of {} "
+      "per epoch on each rank; optimizer {} lr {}",
+      env.rank, env.world_size, device.str(), torch::get_num_threads(), data_path, train_set.size(),
+      test_set.size(), sampler.batches_per_epoch(), opt.batch_size, opt.optimizer, opt.lr);
+
+  auto save = [&](std::int64_t epoch, std::int64_t next_batch) {
+    if (checkpoint.empty() || env.rank != 0) return;
+    if (next_batch == sampler.batches_per_epoch()) {
+      ++epoch;
+      next_batch = 0;
+    }
+    position.epoch = epoch;
+    position.batch = next_batch;
+    mnist::save_checkpoint(checkpoint, *model, *optimizer, position);
+    spdlog::debug("saved {} at epoch {}, batch {}, step {}", checkpoint, epoch, next_batch,
+                  position.global_step);
+  };
+  auto out_of_steps = [&] { return opt.max_steps > 0 && position.global_step >= opt.max_steps; };
+
+  std::int64_t steps = 0;
+  double train_seconds = 0.0;
+  std::optional<float> first_loss;
+  torch::Tensor last_loss;
+  mnist::Accuracy accuracy;
+  bool evaluated_last = false;
+  for (std::int64_t epoch = position.epoch; epoch < opt.epochs && !out_of_steps(); ++epoch) {
+    const std::vector<torch::Tensor> batches = sampler.batches(static_cast<int>(epoch));
+    const std::int64_t first_batch = epoch == position.epoch ? position.batch : 0;
+    const auto started = std::chrono::steady_clock::now();
+    std::int64_t batch_id = first_batch;
+    for (; batch_id < static_cast<std::int64_t>(batches.size()) && !out_of_steps(); ++batch_id) {
+      const torch::Tensor index = batches[batch_id].to(device);
+      const torch::Tensor images = train_set.images.index_select(0, index);
+      const torch::Tensor labels = train_set.labels.index_select(0, index);
+      const torch::Tensor loss = mnist::cross_entropy(model->forward(images), labels);
+
+      // Change 4: scale the loss, all-reduce the gradients, then step as on one device.
+      dp.scale_loss(loss).backward();
+      dp.apply_collective_grads();
+      optimizer->step();
+      optimizer->zero_grad();
+      ++steps;
+      ++position.global_step;
+      last_loss = loss.detach();
+      // Issue 5's fault injection (DDL_FAULT: exit or abort at a chosen step) belongs here,
+      // after the step's collectives, where a dead rank hurts its peers the most.
+
+      if (batch_id % opt.log_interval == 0 || !first_loss) {
+        const float value = last_loss.item<float>();
+        if (!first_loss) first_loss = value;
+        if (batch_id % opt.log_interval == 0) {
+          print_line("epoch: " + std::to_string(epoch) + ", batch: " + std::to_string(batch_id) +
+                     ", loss is: [" + format_loss(value) + "]");
+        }
+      }
+      if (opt.save_every > 0 && position.global_step % opt.save_every == 0) {
+        save(epoch, batch_id + 1);
+      }
+    }
+    if (last_loss.defined()) last_loss.item<float>();  // waits for the device's queued work
+    train_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+
+    accuracy = mnist::evaluate(model, test_set);
+    evaluated_last = true;
+    print_line("epoch: " + std::to_string(epoch) +
+               ", test accuracy: " + format_accuracy(accuracy.ratio()) + " (" +
+               std::to_string(accuracy.correct) + "/" + std::to_string(accuracy.total) + ")");
+    save(epoch, batch_id);
+  }
+  if (!evaluated_last) accuracy = mnist::evaluate(model, test_set);  // nothing left to train
+
+  const mnist::ParamChecksum checksum = mnist::param_checksum(*model);
+  const double images = static_cast<double>(steps * opt.batch_size);
+  const double rank_rate = train_seconds > 0 ? images / train_seconds : 0.0;
+  nlohmann::json summary = {
+      {"rank", env.rank},
+      {"world", env.world_size},
+      {"epochs", opt.epochs},
+      {"steps", steps},
+      {"global_step", position.global_step},
+      {"train_seconds", train_seconds},
+      {"images_per_sec", rank_rate * env.world_size},
+      {"images_per_sec_rank", rank_rate},
+      {"test_accuracy", accuracy.ratio()},
+      {"param_checksum", checksum.hex()},
+      {"param_sum", checksum.sum},
+      {"loss", last_loss.defined() ? nlohmann::json(last_loss.item<float>()) : nlohmann::json()},
+      {"first_loss", first_loss ? nlohmann::json(*first_loss) : nlohmann::json()},
+      {"optimizer", opt.optimizer},
+      {"device", device.str()},
+      {"resumed", resume},
+  };
+  print_line(summary.dump());
+  return kOk;
+}
+
+// One line, whatever the exception text holds.
+std::string one_line(std::string text) {
+  for (char& c : text) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  return text;
+}
+
+int fail(ExitCode code, const std::string& what) {
+  std::cerr << "train_mnist: error: " << one_line(what) << std::endl;
+  return code;
+}
+
+}  // namespace
+}  // namespace ddl
+
+int main(int argc, char** argv) {
+  using namespace ddl;
+  try {
+    const std::optional<Options> options = parse_options(argc, argv);
+    return options ? train(*options) : kOk;
+  } catch (const UsageError& e) {
+    return fail(kUsage, std::string(e.what()) + " (see --help)");
+  } catch (const std::invalid_argument& e) {  // logging::parse_level, make_optimizer
+    return fail(kUsage, e.what());
+  } catch (const mnist::DataError& e) {
+    return fail(kBadData, e.what());
+  } catch (const mnist::CheckpointError& e) {
+    return fail(kBadCheckpoint, e.what());
+  } catch (const env::EnvError& e) {
+    return fail(kParallel, std::string("environment: ") + e.what());
+  } catch (const StoreError& e) {
+    return fail(kParallel, std::string("rendezvous store: ") + e.what());
+  } catch (const CommError& e) {
+    return fail(kParallel, std::string("collective: ") + e.what());
+  } catch (const c10::Error& e) {
+    return fail(kFailed, e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return fail(kFailed, e.what());
+  }
+}

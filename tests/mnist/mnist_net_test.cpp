@@ -1,0 +1,243 @@
+// The seed's net (shapes, parameter count, loss), the optimizers, the checksum and checkpoints
+// (round trip, atomic write, refusal of mismatched checkpoints).
+#include "examples/mnist/mnist_net.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include "examples/mnist/checkpoint.h"
+
+namespace ddl::mnist {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "mnist_net_test.XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+  std::set<std::string> entries() const {
+    std::set<std::string> names;
+    for (const auto& e : fs::directory_iterator(path_)) names.insert(e.path().filename().string());
+    return names;
+  }
+
+ private:
+  fs::path path_;
+};
+
+// One training step on random data, so the optimizer has state (momentum buffers, Adam moments).
+void train_step(MnistNet& net, torch::optim::Optimizer& opt, std::uint64_t seed) {
+  torch::manual_seed(seed);
+  const auto x = torch::randn({8, 1, 28, 28});
+  const auto y = torch::randint(0, 10, {8}, torch::kInt64);
+  opt.zero_grad();
+  cross_entropy(net->forward(x), y).backward();
+  opt.step();
+}
+
+void expect_same_parameters(const torch::nn::Module& a, const torch::nn::Module& b) {
+  const auto pa = a.named_parameters();
+  const auto pb = b.named_parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (const auto& item : pa) {
+    ASSERT_TRUE(pb.contains(item.key())) << item.key();
+    EXPECT_TRUE(torch::equal(item.value(), pb[item.key()])) << item.key();
+  }
+}
+
+TEST(MnistNet, OutputShapeAndParameterCount) {
+  MnistNet net;
+  const auto logits = net->forward(torch::zeros({5, 1, 28, 28}));
+  EXPECT_EQ(logits.sizes(), (std::vector<std::int64_t>{5, 10}));
+  EXPECT_EQ(parameter_count(*net), kMnistNetParameters);
+  EXPECT_EQ(parameter_count(*net), 20 * 1 * 25 + 20 + 20 * 20 * 25 + 20 + 980 * 10 + 10);
+  const auto params = net->named_parameters();
+  EXPECT_EQ(params["conv1.weight"].sizes(), (std::vector<std::int64_t>{20, 1, 5, 5}));
+  EXPECT_EQ(params["conv2.weight"].sizes(), (std::vector<std::int64_t>{20, 20, 5, 5}));
+  EXPECT_EQ(params["fc.weight"].sizes(), (std::vector<std::int64_t>{10, 980}));
+}
+
+TEST(MnistNet, CrossEntropyMatchesTheDefinitionAndIsStable) {
+  const auto logits = torch::tensor({{1.0f, 2.0f, 3.0f}, {0.5f, 0.0f, -1.0f}});
+  const auto labels = torch::tensor({2, 0}, torch::kInt64);
+  const auto p = torch::softmax(logits, 1);
+  const double expected =
+      -(std::log(p[0][2].item<double>()) + std::log(p[1][0].item<double>())) / 2.0;
+  EXPECT_NEAR(cross_entropy(logits, labels).item<double>(), expected, 1e-6);
+  // Huge logits: a naive softmax overflows to inf/nan; log_softmax does not.
+  const auto big = torch::tensor({{1000.0f, 0.0f}, {0.0f, 1000.0f}});
+  const auto loss = cross_entropy(big, torch::tensor({0, 0}, torch::kInt64)).item<double>();
+  EXPECT_TRUE(std::isfinite(loss));
+  EXPECT_NEAR(loss, 500.0, 1e-3);
+}
+
+TEST(MnistNet, OptimizersByName) {
+  MnistNet net;
+  for (const std::string name : {"sgd", "momentum", "adagrad", "adam"}) {
+    auto opt = make_optimizer(name, net->parameters(), 0.01);
+    ASSERT_NE(opt, nullptr) << name;
+    EXPECT_DOUBLE_EQ(opt->param_groups()[0].options().get_lr(), 0.01) << name;
+  }
+  auto momentum = make_optimizer("momentum", net->parameters(), 0.01);
+  EXPECT_DOUBLE_EQ(
+      static_cast<torch::optim::SGDOptions&>(momentum->param_groups()[0].options()).momentum(),
+      0.9);
+  EXPECT_THROW(make_optimizer("rmsprop", net->parameters(), 0.01), std::invalid_argument);
+}
+
+TEST(MnistNet, EvaluateCountsCorrectPredictions) {
+  MnistNet net;
+  Dataset data{torch::randn({25, 1, 28, 28}), torch::zeros({25}, torch::kInt64)};
+  torch::NoGradGuard no_grad;
+  const auto predicted = net->forward(data.images).argmax(1);
+  data.labels = predicted.clone();
+  data.labels.narrow(0, 0, 5).add_(1).remainder_(10);  // make the first five wrong
+  const Accuracy acc = evaluate(net, data, /*batch=*/7);
+  EXPECT_EQ(acc.total, 25);
+  EXPECT_EQ(acc.correct, 20);
+  EXPECT_TRUE(net->is_training());
+}
+
+TEST(MnistNet, ChecksumIsDeterministicAndSeesEveryChange) {
+  torch::manual_seed(1);
+  MnistNet a;
+  torch::manual_seed(1);
+  MnistNet b;
+  const ParamChecksum ca = param_checksum(*a);
+  EXPECT_EQ(ca.hash, param_checksum(*b).hash);
+  EXPECT_EQ(ca.sum, param_checksum(*b).sum);
+  EXPECT_EQ(ca.hex().size(), 16u);
+  {
+    torch::NoGradGuard no_grad;
+    b->named_parameters()["fc.bias"][3].add_(1e-6f);
+  }
+  EXPECT_NE(ca.hash, param_checksum(*b).hash);
+}
+
+TEST(Checkpoint, RoundTripRestoresParametersOptimizerAndPosition) {
+  TempDir dir;
+  const std::string path = dir.file("mnist.pt");
+  MnistNet net;
+  auto opt = make_optimizer("momentum", net->parameters(), 0.01);
+  train_step(net, *opt, 7);
+  TrainingPosition pos{3, 42, 642, "momentum", 99, 2};
+  save_checkpoint(path, *net, *opt, pos);
+  EXPECT_EQ(dir.entries(), (std::set<std::string>{"mnist.pt"}));  // no temporary left
+
+  MnistNet restored;
+  auto restored_opt = make_optimizer("momentum", restored->parameters(), 0.01);
+  const TrainingPosition got =
+      load_checkpoint(path, *restored, *restored_opt, torch::kCPU, {0, 0, 0, "momentum", 99, 1});
+  EXPECT_EQ(got.epoch, 3);
+  EXPECT_EQ(got.batch, 42);
+  EXPECT_EQ(got.global_step, 642);
+  EXPECT_EQ(got.optimizer, "momentum");
+  EXPECT_EQ(got.seed, 99u);
+  EXPECT_EQ(got.world_size, 2);
+  expect_same_parameters(*net, *restored);
+  EXPECT_EQ(param_checksum(*net).hash, param_checksum(*restored).hash);
+
+  // The momentum buffers came back too: one more identical step keeps both nets identical.
+  train_step(net, *opt, 8);
+  train_step(restored, *restored_opt, 8);
+  expect_same_parameters(*net, *restored);
+}
+
+TEST(Checkpoint, AdamStateRoundTrips) {
+  TempDir dir;
+  const std::string path = dir.file("adam.pt");
+  MnistNet net;
+  auto opt = make_optimizer("adam", net->parameters(), 0.01);
+  train_step(net, *opt, 1);
+  train_step(net, *opt, 2);
+  save_checkpoint(path, *net, *opt, {1, 0, 2, "adam", 5, 1});
+  MnistNet restored;
+  auto restored_opt = make_optimizer("adam", restored->parameters(), 0.01);
+  load_checkpoint(path, *restored, *restored_opt, torch::kCPU, {0, 0, 0, "adam", 5, 1});
+  train_step(net, *opt, 3);
+  train_step(restored, *restored_opt, 3);
+  expect_same_parameters(*net, *restored);
+}
+
+TEST(Checkpoint, OverwriteReplacesAtomicallyAndLeavesNoTemporary) {
+  TempDir dir;
+  const std::string path = dir.file("ck");
+  MnistNet net;
+  auto opt = make_optimizer("sgd", net->parameters(), 0.01);
+  save_checkpoint(path, *net, *opt, {0, 0, 0, "sgd", 1, 1});
+  // A stale temporary from a writer killed mid-write is replaced, never loaded.
+  std::ofstream(checkpoint_temp_path(path)) << "torn";
+  train_step(net, *opt, 3);
+  save_checkpoint(path, *net, *opt, {1, 0, 600, "sgd", 1, 1});
+  EXPECT_EQ(dir.entries(), (std::set<std::string>{"ck"}));
+  MnistNet restored;
+  auto restored_opt = make_optimizer("sgd", restored->parameters(), 0.01);
+  EXPECT_EQ(load_checkpoint(path, *restored, *restored_opt, torch::kCPU, {0, 0, 0, "sgd", 1, 1})
+                .global_step,
+            600);
+  expect_same_parameters(*net, *restored);
+}
+
+TEST(Checkpoint, FailedWriteKeepsThePreviousCheckpointAndNoTemporary) {
+  TempDir dir;
+  MnistNet net;
+  auto opt = make_optimizer("sgd", net->parameters(), 0.01);
+  EXPECT_THROW(save_checkpoint(dir.file("no/such/dir/ck"), *net, *opt, {0, 0, 0, "sgd", 1, 1}),
+               CheckpointError);
+  EXPECT_TRUE(dir.entries().empty());
+
+  // The target is a folder: rename fails after the data was written; the temporary is removed.
+  fs::create_directory(dir.file("ck"));
+  EXPECT_THROW(save_checkpoint(dir.file("ck"), *net, *opt, {0, 0, 0, "sgd", 1, 1}),
+               CheckpointError);
+  EXPECT_EQ(dir.entries(), (std::set<std::string>{"ck"}));
+}
+
+TEST(Checkpoint, RefusesMissingForeignAndMismatchedCheckpoints) {
+  TempDir dir;
+  MnistNet net;
+  auto opt = make_optimizer("sgd", net->parameters(), 0.01);
+  const TrainingPosition expected{0, 0, 0, "sgd", 1, 1};
+  EXPECT_THROW(load_checkpoint(dir.file("none"), *net, *opt, torch::kCPU, expected),
+               CheckpointError);
+
+  std::ofstream(dir.file("garbage")) << "not an archive";
+  EXPECT_THROW(load_checkpoint(dir.file("garbage"), *net, *opt, torch::kCPU, expected),
+               CheckpointError);
+
+  save_checkpoint(dir.file("sgd.pt"), *net, *opt, expected);
+  auto adam = make_optimizer("adam", net->parameters(), 0.01);
+  try {
+    load_checkpoint(dir.file("sgd.pt"), *net, *adam, torch::kCPU, {0, 0, 0, "adam", 1, 1});
+    ADD_FAILURE() << "loaded an sgd checkpoint into an adam run";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("'sgd'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'adam'"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(load_checkpoint(dir.file("sgd.pt"), *net, *opt, torch::kCPU, {0, 0, 0, "sgd", 2, 1}),
+               CheckpointError);
+
+  // A module of another shape.
+  torch::nn::Linear other(3, 4);
+  auto other_opt = make_optimizer("sgd", other->parameters(), 0.01);
+  EXPECT_THROW(load_checkpoint(dir.file("sgd.pt"), *other, *other_opt, torch::kCPU, expected),
+               CheckpointError);
+}
+
+}  // namespace
+}  // namespace ddl::mnist
