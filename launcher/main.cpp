@@ -13,11 +13,16 @@
 #include <cstdio>
 #include <iostream>
 
+#include <filesystem>
+#include <memory>
+
 #include "env/contract.h"
+#include "launcher/control.h"
 #include "launcher/options.h"
 #include "launcher/plan.h"
 #include "launcher/ports.h"
 #include "launcher/supervisor.h"
+#include "launcher/topology.h"
 #include "logging/log.h"
 
 namespace {
@@ -31,6 +36,28 @@ constexpr std::size_t kJobSecretBytes = 16;
 int cores() {
   long n = ::sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? static_cast<int>(n) : 1;
+}
+
+// DDL_JOB_ID / DDL_JOB_SECRET from the caller, when set and not empty.
+std::optional<std::string> non_empty(const ddl::env::EnvMap& env, const char* name) {
+  auto value = ddl::env::lookup(env, name);
+  if (value && value->empty()) return std::nullopt;
+  return value;
+}
+
+// What every node of a multi-node job must agree on (launcher/control.h compares it).
+ddl::launcher::JobDescription describe_job(const ddl::launcher::LaunchOptions& options,
+                                           const ddl::launcher::NodeTopology& topology) {
+  std::string hosts;
+  for (const auto& h : topology.hosts) hosts += (hosts.empty() ? "" : ",") + h;
+  return {
+      {"nnodes", std::to_string(topology.nnodes)},
+      {"node list", hosts.empty() ? std::string("(each node publishes its own)") : hosts},
+      {"nproc_per_node", std::to_string(options.nproc_per_node)},
+      {"started_port", options.started_port ? std::to_string(*options.started_port) : "None"},
+      {"worker program", std::filesystem::path(options.worker).filename().string()},
+      {"control store", topology.control.str()},
+  };
 }
 
 int run(int argc, char** argv) {
@@ -51,6 +78,8 @@ int run(int argc, char** argv) {
   const env::EnvMap caller_env = env::current_environment();
   const std::string executable = find_worker(options.worker, launcher_directory(), caller_env);
 
+  const NodeTopology topology = resolve_topology(options, caller_env);
+
   PlanInputs inputs;
   inputs.cores = cores();
   inputs.caller_env = caller_env;
@@ -61,8 +90,64 @@ int run(int argc, char** argv) {
     if (first_ports.empty()) first_ports = pick_free_ports(host, count);
     return first_ports;
   };
-  const std::string job_id = random_hex(kJobIdBytes);
-  inputs.job_secret = random_hex(kJobSecretBytes);
+  // The job's identity must be the same on every node: the caller's DDL_JOB_ID / DDL_JOB_SECRET
+  // when set; otherwise a single node makes its own, and a multi-node job takes node 0's job id
+  // through the control store and requires the secret from the caller (it also admits the
+  // launchers to that store, so it cannot travel through it).
+  const std::optional<std::string> caller_job_id = non_empty(caller_env, env::kJobId);
+  const std::optional<std::string> caller_secret = non_empty(caller_env, env::kJobSecret);
+  std::string job_id = caller_job_id.value_or(random_hex(kJobIdBytes));
+  inputs.job_secret = caller_secret.value_or(random_hex(kJobSecretBytes));
+
+  std::unique_ptr<ControlChannel> control;
+  if (topology.multi_node()) {
+    if (!caller_secret) {
+      throw PlanError(std::string("a job of ") + std::to_string(topology.nnodes) + " nodes (from " +
+                      topology.source + ") needs the same " + env::kJobSecret +
+                      " on every node: it admits the launchers to node 0's control store and the "
+                      "workers to their store. Set it before starting launch on each node, e.g. "
+                      "export " + env::kJobSecret + "=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n') "
+                      "(srun passes the caller's environment on)");
+    }
+    ControlOptions control_options;
+    control_options.endpoint = topology.control;
+    control_options.job_id = caller_job_id ? *caller_job_id + "/control" : "ddl-control";
+    control_options.secret = *caller_secret;
+    control_options.node_rank = topology.node_rank;
+    control_options.nnodes = topology.nnodes;
+    control_options.rendezvous_timeout =
+        options.rendezvous_timeout.value_or(env::kDefaultRendezvousTimeout);
+    control_options.linger_timeout = options.kill_timeout + std::chrono::seconds(5);
+    spdlog::info("node {} of {} ({}); control store at {}", topology.node_rank, topology.nnodes,
+                 topology.source, topology.control.str());
+    control = std::make_unique<ControlChannel>(control_options);
+
+    ControlChannel::Agreement agreement;
+    try {
+      const std::string host =
+          topology.local_host
+              ? *topology.local_host
+              : route_address_towards(topology.control.host, topology.control.port);
+      std::vector<env::Endpoint> local;
+      const std::vector<std::uint16_t> ports =
+          options.started_port ? std::vector<std::uint16_t>{}
+                               : pick_free_ports(resolve_ipv4(host), options.nproc_per_node);
+      for (int i = 0; i < options.nproc_per_node; ++i) {
+        local.push_back(env::Endpoint{
+            host, options.started_port ? static_cast<std::uint16_t>(*options.started_port + i)
+                                       : ports[i]});
+      }
+      agreement = control->rendezvous(describe_job(options, topology), local, job_id);
+    } catch (const std::exception&) {
+      control->abandon();
+      throw;
+    }
+    job_id = agreement.job_id;
+    inputs.cluster_endpoints = agreement.endpoints;
+    inputs.node_rank = topology.node_rank;
+    spdlog::info("node {}: all {} node(s) agree; world size {}", topology.node_rank,
+                 topology.nnodes, agreement.endpoints.size());
+  }
 
   // Each start is a new rendezvous generation with its own job id, so the store refuses a late
   // client of an earlier one instead of mixing it in.
@@ -72,7 +157,19 @@ int run(int argc, char** argv) {
     in.job_id = generation_job_id(job_id, restart_count);
     return make_plan(options, in);
   };
-  const ClusterPlan plan = plan_for(0);
+  // From here on a multi-node job is running elsewhere: a failure to start here must stop it.
+  auto fail_here = [&](const std::string& what) {
+    if (!control) return;
+    control->report_failure(FailureNotice{std::nullopt, kExitError, what});
+    control->finish();
+  };
+  ClusterPlan plan;
+  try {
+    plan = plan_for(0);
+  } catch (const std::exception& e) {
+    fail_here(std::string("cannot plan the job: ") + e.what());
+    throw;
+  }
 
   if (options.print_config) {
     std::cout << describe_options(options) << describe_plan(plan) << std::flush;
@@ -108,7 +205,29 @@ int run(int argc, char** argv) {
   sup.max_restarts = options.max_restarts;
   sup.hang_timeout = options.hang_timeout;
   spdlog::debug("job {}: world size {}", job_id, plan.world_size);
-  return supervise(generations, sup).exit_code;
+  if (!control) return supervise(generations, sup).exit_code;
+
+  JobOutcome outcome;
+  try {
+    auto stop = std::make_shared<ExternalStop>();
+    control->watch(stop);
+    sup.external_stop = stop;
+    sup.on_failure = [&control](const FailureNotice& notice) { control->report_failure(notice); };
+    outcome = supervise(generations, sup);
+  } catch (const std::exception& e) {
+    fail_here(e.what());
+    throw;
+  }
+  const std::optional<FailureRecord> failure = control->finish();
+  int exit_code = outcome.exit_code;
+  if (failure) {
+    spdlog::error("the job failed on {}; first failure: {}",
+                  failure->node == topology.node_rank ? std::string("this node")
+                                                      : "node " + std::to_string(failure->node),
+                  failure->str());
+    if (exit_code == 0) exit_code = failure->exit_code != 0 ? failure->exit_code : kExitError;
+  }
+  return exit_code;
 }
 
 }  // namespace
@@ -128,6 +247,9 @@ int main(int argc, char** argv) {
     return kExitNotFound;
   } catch (const ddl::launcher::PlanError& e) {
     spdlog::error("cannot plan the job: {}", e.what());
+    return kExitUsage;
+  } catch (const ddl::launcher::ControlError& e) {
+    spdlog::error("cannot form the multi-node job: {}", e.what());
     return kExitUsage;
   } catch (const ddl::launcher::PortError& e) {
     spdlog::error("{}", e.what());

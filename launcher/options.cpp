@@ -25,7 +25,8 @@ const std::set<std::string>& value_flags() {
   static const std::set<std::string> flags = {
       "selected_gpus", "gpus",         "nproc_per_node", "log_dir",      "cluster_node_ips",  "ips",
       "node_ip",       "started_port", "log_level",      "kill_timeout", "rendezvous_timeout",
-      "max_restarts",  "hang_timeout"};
+      "max_restarts",  "hang_timeout", "nnodes",         "node_rank",    "master_addr",
+      "master_port"};
   return flags;
 }
 
@@ -111,14 +112,14 @@ std::vector<int> parse_gpus(const std::string& flag, const std::string& value) {
 }
 
 std::string check_ip(const std::string& flag, const std::string& all, const std::string& ip) {
-  boost::system::error_code ec;
-  boost::asio::ip::make_address_v4(ip, ec);
-  if (ec) bad_value(flag, all, "'" + ip + "' is not an IPv4 address");
+  if (!is_valid_host(ip)) bad_value(flag, all, "'" + ip + "' is not an IPv4 address or host name");
   return ip;
 }
 
 std::vector<std::string> parse_ips(const std::string& flag, const std::string& value) {
-  if (value.empty()) bad_value(flag, value, "expected a comma-separated list of IPv4 addresses");
+  if (value.empty()) {
+    bad_value(flag, value, "expected a comma-separated list of IPv4 addresses or host names");
+  }
   std::vector<std::string> ips;
   for (const std::string& part : split_commas(value)) {
     check_ip(flag, value, part);
@@ -183,14 +184,21 @@ cxxopts::Options make_cxxopts() {
                    "write rank N's stdout+stderr to DIR/workerlog.N (created if missing)", text(),
                    "DIR")("quiet", "with --log_dir: do not echo rank 0 to the console")(
       "cluster_node_ips",
-      "IPv4 addresses of all nodes; ranks are node-major in this order "
-      "(default 127.0.0.1)",
+      "addresses (IPv4 or host names) of all nodes; ranks are node-major in this order "
+      "(default 127.0.0.1, or Slurm's node list inside an allocation)",
       text(), "ip1,ip2,...")("ips", "alias of --cluster_node_ips", text(), "ip1,ip2,...")(
       "node_ip", "this node's address, one of --cluster_node_ips (default 127.0.0.1)", text(),
-      "IP")("started_port",
-            "endpoints are node_ip:P, P+1, ...; required with several nodes "
-            "(default: free ports)",
-            text(), "P")(
+      "IP")("nnodes", "torchrun spelling: number of nodes (use with --node_rank, --master_addr)",
+            text(), "N")("node_rank", "torchrun spelling: this node's index, 0..nnodes-1", text(),
+                         "K")("master_addr",
+                              "torchrun spelling: node 0's address (hosts the control store)",
+                              text(), "HOST")(
+      "master_port",
+      "multi-node: port of the control store on node 0 (default: started_port-1, else 29500)",
+      text(), "P")("started_port",
+                   "endpoints are node_ip:P, P+1, ... (default: free ports, exchanged between "
+                   "nodes through the control store)",
+                   text(), "P")(
       "print_config", "print the configuration and each rank's environment (default true)",
       cxxopts::value<std::string>()->default_value("true")->implicit_value("true"),
       "BOOL")("log_level", "debug|info|warn|error or 10|20|30|40 (also passed to workers)", text(),
@@ -209,6 +217,32 @@ cxxopts::Options make_cxxopts() {
 }
 
 }  // namespace
+
+bool is_valid_host(const std::string& host) {
+  if (host.empty() || host.size() > 253) return false;
+  if (host.find_first_not_of("0123456789.") == std::string::npos) {
+    boost::system::error_code ec;
+    boost::asio::ip::make_address_v4(host, ec);
+    return !ec;
+  }
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t dot = host.find('.', start);
+    const std::string label = host.substr(start, dot == std::string::npos ? dot : dot - start);
+    if (label.empty() || label.size() > 63 || label.front() == '-' || label.back() == '-') {
+      return false;
+    }
+    for (char c : label) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') return false;
+    }
+    if (dot == std::string::npos) return true;
+    start = dot + 1;
+  }
+}
+
+bool LaunchOptions::node_flags_given() const {
+  return cluster_node_ips_given || node_ip_given || nnodes || node_rank || master_addr;
+}
 
 int LaunchOptions::node_index() const {
   auto it = std::find(cluster_node_ips.begin(), cluster_node_ips.end(), node_ip);
@@ -276,13 +310,48 @@ LaunchOptions parse_options(int argc, const char* const argv[]) {
   }
   o.quiet = r.count("quiet") > 0;
 
-  if (auto ips = one_of("cluster_node_ips", "ips"))
+  if (auto ips = one_of("cluster_node_ips", "ips")) {
     o.cluster_node_ips = parse_ips(ips->first, ips->second);
+    o.cluster_node_ips_given = true;
+  }
   if (r.count("node_ip")) {
     const std::string ip = r["node_ip"].as<std::string>();
     o.node_ip = check_ip("node_ip", ip, ip);
+    o.node_ip_given = true;
   }
-  if (std::find(o.cluster_node_ips.begin(), o.cluster_node_ips.end(), o.node_ip) ==
+  if (r.count("nnodes")) {
+    o.nnodes = parse_int_flag("nnodes", r["nnodes"].as<std::string>(), 1, kMaxNodes);
+  }
+  if (r.count("node_rank")) {
+    o.node_rank = parse_int_flag("node_rank", r["node_rank"].as<std::string>(), 0, kMaxNodes - 1);
+  }
+  if (r.count("master_addr")) {
+    const std::string v = r["master_addr"].as<std::string>();
+    o.master_addr = check_ip("master_addr", v, v);
+  }
+  if (r.count("master_port")) {
+    o.master_port = parse_int_flag("master_port", r["master_port"].as<std::string>(), 1, 65535);
+  }
+  const bool torchrun_spelling = o.nnodes || o.node_rank || o.master_addr;
+  if (torchrun_spelling) {
+    if (o.cluster_node_ips_given) {
+      throw OptionsError(
+          "--cluster_node_ips and --nnodes/--node_rank/--master_addr describe the nodes twice; "
+          "use one spelling");
+    }
+    const int nnodes = o.nnodes.value_or(1);
+    if (o.node_rank.value_or(0) >= nnodes) {
+      throw OptionsError("--node_rank=" + std::to_string(*o.node_rank) +
+                         " is not below --nnodes=" + std::to_string(nnodes));
+    }
+    if (nnodes > 1 && !o.master_addr) {
+      throw OptionsError("--nnodes=" + std::to_string(nnodes) +
+                         " needs --master_addr (node 0's address, where the control store runs)");
+    }
+    // --node_ip is this node's own address here, not a member of a list.
+    if (!o.node_ip_given) o.node_ip = kDefaultNodeIp;
+    o.cluster_node_ips = {o.node_ip};
+  } else if (std::find(o.cluster_node_ips.begin(), o.cluster_node_ips.end(), o.node_ip) ==
       o.cluster_node_ips.end()) {
     std::string list;
     for (const auto& ip : o.cluster_node_ips) list += (list.empty() ? "" : ",") + ip;
@@ -356,8 +425,12 @@ std::string describe_options(const LaunchOptions& o) {
   os << "log_dir: " << o.log_dir.value_or("None") << "\n";
   const auto level = spdlog::level::to_string_view(o.log_level);
   os << "log_level: " << std::string(level.data(), level.size()) << "\n";
+  os << "master_addr: " << o.master_addr.value_or("None") << "\n";
+  os << "master_port: " << (o.master_port ? std::to_string(*o.master_port) : "None") << "\n";
   os << "max_restarts: " << o.max_restarts << "\n";
+  os << "nnodes: " << (o.nnodes ? std::to_string(*o.nnodes) : "None") << "\n";
   os << "node_ip: " << o.node_ip << "\n";
+  os << "node_rank: " << (o.node_rank ? std::to_string(*o.node_rank) : "None") << "\n";
   os << "nproc_per_node: " << o.nproc_per_node << "\n";
   os << "print_config: " << (o.print_config ? "True" : "False") << "\n";
   os << "quiet: " << (o.quiet ? "True" : "False") << "\n";

@@ -8,19 +8,34 @@ namespace ddl::launcher {
 
 ClusterPlan make_plan(const LaunchOptions& options, const PlanInputs& inputs) {
   const int per_node = options.nproc_per_node;
-  const int nodes = static_cast<int>(options.cluster_node_ips.size());
-  const int node = options.node_index();
   if (per_node < 1)
     throw PlanError("--nproc_per_node must be >= 1, got " + std::to_string(per_node));
-  if (node >= nodes) {
+  int nodes = static_cast<int>(options.cluster_node_ips.size());
+  int node = options.node_index();
+  ClusterPlan plan;
+  if (inputs.cluster_endpoints) {
+    const auto& all = *inputs.cluster_endpoints;
+    if (all.empty() || all.size() % static_cast<std::size_t>(per_node) != 0) {
+      throw PlanError("the nodes published " + std::to_string(all.size()) +
+                      " endpoints, not a multiple of " + std::to_string(per_node) +
+                      " workers per node");
+    }
+    nodes = static_cast<int>(all.size()) / per_node;
+    node = inputs.node_rank;
+    if (node < 0 || node >= nodes) {
+      throw PlanError("node rank " + std::to_string(node) + " is not below the " +
+                      std::to_string(nodes) + " nodes of the job");
+    }
+    plan.endpoints = all;
+  } else if (node >= nodes) {
     throw PlanError("--node_ip='" + options.node_ip + "' is not one of --cluster_node_ips");
   }
-
-  ClusterPlan plan;
   plan.world_size = per_node * nodes;
 
   std::vector<std::uint16_t> local_ports;
-  if (options.started_port) {
+  if (inputs.cluster_endpoints) {
+    // Endpoints are known already.
+  } else if (options.started_port) {
     if (*options.started_port < 1 || *options.started_port + per_node - 1 > 65535) {
       throw PlanError("--started_port=" + std::to_string(*options.started_port) + " with " +
                       std::to_string(per_node) +
@@ -46,7 +61,7 @@ ClusterPlan make_plan(const LaunchOptions& options, const PlanInputs& inputs) {
     }
   }
 
-  for (int k = 0; k < nodes; ++k) {
+  for (int k = 0; k < nodes && !inputs.cluster_endpoints; ++k) {
     for (int i = 0; i < per_node; ++i) {
       const std::uint16_t port =
           k == node ? local_ports[i] : static_cast<std::uint16_t>(*options.started_port + i);

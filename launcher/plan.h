@@ -5,8 +5,10 @@
 // testable without starting a process:
 // - ranks are node-major: node k of --cluster_node_ips owns ranks [k*n, (k+1)*n), n workers each;
 // - with --started_port P every node's endpoints are ip:P..P+n-1; without it a single node asks
-//   the port picker for n free ports, and several nodes are an error (they cannot learn each
-//   other's free ports);
+//   the port picker for n free ports;
+// - a multi-node job passes the endpoints every node published through the control store
+//   (launcher/control.h) as `cluster_endpoints`, with this node's `node_rank`: the plan then takes
+//   the node list from them, whatever the options say;
 // - each local worker gets the env::WorkerContract variables, plus OMP_NUM_THREADS when the
 //   caller has not set it, plus DDL_LOG_LEVEL when --log_level was given.
 #pragma once
@@ -39,6 +41,10 @@ struct PlanInputs {
   std::string job_id;      // DDL_JOB_ID for every worker (one rendezvous generation)
   std::string job_secret;  // DDL_JOB_SECRET for every worker
   int restart_count = 0;   // DDL_RESTART_COUNT: 0 on the first start, then 1, 2, ...
+  // Multi-node: every rank's endpoint in rank order (nnodes * nproc_per_node of them), as agreed
+  // through the control store, and this node's index. Unset: the plan comes from the options.
+  std::optional<std::vector<env::Endpoint>> cluster_endpoints;
+  int node_rank = 0;
 };
 
 // One worker this node starts.

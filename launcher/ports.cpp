@@ -1,6 +1,7 @@
 #include "launcher/ports.h"
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -64,6 +65,49 @@ std::vector<std::uint16_t> pick_free_ports(const std::string& host, int count) {
                     ": got only " + std::to_string(ports.size()));
   }
   return ports;
+}
+
+std::string resolve_ipv4(const std::string& host) {
+  in_addr parsed{};
+  if (::inet_pton(AF_INET, host.c_str(), &parsed) == 1) return host;
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
+  if (rc != 0 || found == nullptr) {
+    throw PortError("cannot resolve host '" + host + "' to an IPv4 address: " +
+                    (rc != 0 ? std::string(::gai_strerror(rc)) : std::string("no address")));
+  }
+  char text[INET_ADDRSTRLEN] = {};
+  const auto* addr = reinterpret_cast<const sockaddr_in*>(found->ai_addr);
+  ::inet_ntop(AF_INET, &addr->sin_addr, text, sizeof text);
+  ::freeaddrinfo(found);
+  return text;
+}
+
+std::string route_address_towards(const std::string& host, std::uint16_t port) {
+  sockaddr_in peer{};
+  peer.sin_family = AF_INET;
+  peer.sin_port = htons(port);
+  const std::string ip = resolve_ipv4(host);
+  ::inet_pton(AF_INET, ip.c_str(), &peer.sin_addr);
+  SocketSet sockets;
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) fail(host, "socket()", errno);
+  sockets.add(fd);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&peer), sizeof peer) != 0) {
+    throw PortError("cannot find this node's address towards " + host + ": connect(): " +
+                    std::strerror(errno));
+  }
+  sockaddr_in local{};
+  socklen_t len = sizeof local;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) != 0) {
+    fail(host, "getsockname()", errno);
+  }
+  char text[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &local.sin_addr, text, sizeof text);
+  return text;
 }
 
 }  // namespace ddl::launcher

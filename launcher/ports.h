@@ -20,4 +20,12 @@ class PortError : public std::runtime_error {
 // "address in use" as a launch failure. Throws PortError naming the host and the errno text.
 std::vector<std::uint16_t> pick_free_ports(const std::string& host, int count);
 
+// The IPv4 address of `host` (an address is returned as it is; a name is resolved). Throws
+// PortError naming the host when it does not resolve to an IPv4 address.
+std::string resolve_ipv4(const std::string& host);
+
+// The local IPv4 address the kernel would use to reach `host`:`port` (a UDP socket is connected,
+// nothing is sent): the address other nodes can reach this one at. Throws PortError.
+std::string route_address_towards(const std::string& host, std::uint16_t port);
+
 }  // namespace ddl::launcher

@@ -281,10 +281,18 @@ class Job {
     Watchdog watchdog;
     watchdog_ = &watchdog;
     wait_for_signal();
+    if (options_.external_stop) {
+      options_.external_stop->set_waker([this] { asio::post(io_, [this] { on_external_stop(); }); });
+    }
     start_generation(launches);
     io_.run();
+    if (options_.external_stop) options_.external_stop->set_waker(nullptr);
     watchdog_ = nullptr;
     return report();
+  }
+
+  ~Job() {
+    if (options_.external_stop) options_.external_stop->set_waker(nullptr);
   }
 
  private:
@@ -379,7 +387,32 @@ class Job {
   void spawn_failed(Worker& w, const std::string& why) {
     spawn_error_ = "could not start rank " + std::to_string(w.rank) + ": " + why;
     spdlog::error("{}", spawn_error_);
+    notify_failure(FailureNotice{w.rank, 1, spawn_error_});
     begin_stop(SIGTERM);
+  }
+
+  // Tells options_.on_failure, once, that this node's job ends failed.
+  void notify_failure(const FailureNotice& notice) {
+    if (failure_notified_ || external_ || !options_.on_failure) return;
+    failure_notified_ = true;
+    try {
+      options_.on_failure(notice);
+    } catch (const std::exception& e) {
+      spdlog::error("could not report the failure to the other nodes: {}", e.what());
+    }
+  }
+
+  // Another thread asked the job to stop (another node failed).
+  void on_external_stop() {
+    if (done_ || external_) return;
+    auto request = options_.external_stop->requested();
+    if (!request) return;
+    external_ = request;
+    if (!stopping_ && live_workers() > 0) {
+      spdlog::error("{}: stopping {} worker(s)", request->second, live_workers());
+      begin_stop(SIGTERM);
+    }
+    maybe_finish();
   }
 
   void wait_for_signal() {
@@ -401,6 +434,8 @@ class Job {
       interrupt_ = signo;
       spdlog::warn("received {}: forwarding it to {} worker(s); send it again to kill them at once",
                    signal_name(signo), live_workers());
+      notify_failure(FailureNotice{std::nullopt, 128 + signo,
+                                   "the launcher was stopped by " + signal_name(signo)});
       begin_stop(signo);
       return;
     }
@@ -470,6 +505,11 @@ class Job {
         first_failure_ = w.get();
         spdlog::error("rank {} (pid {}) {}: stopping the other {} worker(s)", w->rank, w->pid,
                       describe_status(w->status), live_workers());
+        if (restarts_ >= options_.max_restarts) {
+          notify_failure(FailureNotice{w->rank, exit_code_of(w->status),
+                                       "rank " + std::to_string(w->rank) + " " +
+                                           describe_status(w->status)});
+        }
         begin_stop(SIGTERM);
       }
     }
@@ -508,6 +548,9 @@ class Job {
     }
     hang_message_ = os.str();
     spdlog::error("{}; stopping {} worker(s)", hang_message_, live_workers());
+    if (restarts_ >= options_.max_restarts) {
+      notify_failure(FailureNotice{std::nullopt, kHangExitCode, hang_message_});
+    }
     begin_stop(SIGTERM);
   }
 
@@ -613,6 +656,10 @@ class Job {
 
   bool should_restart() const {
     if (!failed() || !spawn_error_.empty() || restarts_ >= options_.max_restarts) return false;
+    if (external_) {
+      spdlog::warn("{}; not restarting: {}", failure_what(), external_->second);
+      return false;
+    }
     if (interrupt_) {
       spdlog::warn("{}; not restarting: the launcher was stopped by {}", failure_what(),
                    signal_name(*interrupt_));
@@ -623,6 +670,14 @@ class Job {
 
   void restart() {
     restart_pending_ = false;
+    if (external_) {  // another node failed meanwhile: no restart
+      spdlog::warn("{}; not restarting: {}", failure_what(), external_->second);
+      done_ = true;
+      boost::system::error_code ignored;
+      signals_.cancel(ignored);
+      io_.stop();
+      return;
+    }
     if (interrupt_) {  // arrived after the decision; the signal wins
       spdlog::warn("{}; not restarting: the launcher was stopped by {}", failure_what(),
                    signal_name(*interrupt_));
@@ -743,6 +798,22 @@ class Job {
       out.exit_code = 1;
       spdlog::error("job failed: {}", spawn_error_);
     }
+    if (external_) {
+      out.external_stop = external_->second;
+      if (!failed() && !interrupt_ && spawn_error_.empty()) {
+        out.exit_code = external_->first;
+        spdlog::error("job failed: {}; launcher exit code {}", external_->second, out.exit_code);
+      }
+    }
+    if (out.exit_code != 0) {
+      std::optional<int> rank;
+      if (first_failure_) rank = first_failure_->rank;
+      notify_failure(FailureNotice{rank, out.exit_code,
+                                   failed() ? failure_what()
+                                   : interrupt_
+                                       ? "the launcher was stopped by " + signal_name(*interrupt_)
+                                       : spawn_error_});
+    }
     if (out.exit_code == 0) {
       spdlog::info("all {} worker(s) exited with code 0{}", workers_.size(), after);
     }
@@ -770,6 +841,8 @@ class Job {
   std::string hang_message_;               // set when the hang guard failed the generation
   std::optional<int> interrupt_;
   std::string spawn_error_;
+  std::optional<std::pair<int, std::string>> external_;  // exit code and reason of a stop request
+  bool failure_notified_ = false;
 };
 
 }  // namespace
@@ -851,6 +924,24 @@ std::string find_worker(const std::string& worker, const std::string& launcher_d
   std::string where = searched.empty() ? "" : "next to launch (" + searched.front() + ") or ";
   throw WorkerNotFoundError("WORKER '" + worker + "' not found " + where + "on PATH ('" + path +
                             "')");
+}
+
+void ExternalStop::request(int exit_code, const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (request_) return;
+  request_.emplace(exit_code, reason);
+  if (wake_) wake_();
+}
+
+std::optional<std::pair<int, std::string>> ExternalStop::requested() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return request_;
+}
+
+void ExternalStop::set_waker(std::function<void()> wake) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  wake_ = std::move(wake);
+  if (wake_ && request_) wake_();
 }
 
 JobOutcome supervise(const GenerationFactory& make_generation, const SupervisorOptions& options) {

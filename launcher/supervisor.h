@@ -25,6 +25,8 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -69,6 +71,32 @@ struct WorkerLaunch {
   env::EnvMap env;                // the worker's whole environment
 };
 
+// What ended this node's part of the job for good (no restart follows): reported to the other
+// nodes of a multi-node job (launcher/control.h).
+struct FailureNotice {
+  std::optional<int> rank;  // the failed worker's global rank; unset for the hang guard or a signal
+  int exit_code = 1;        // what this launcher exits with
+  std::string what;         // "rank 3 exited with code 7", "stopped by SIGINT", ...
+};
+
+// Stops a running job from another thread (a multi-node job's control thread, when another node
+// failed). Thread-safe; only the first request counts. A request made before supervise() starts
+// is acted on as soon as it does. The job then stops its workers like after a local failure
+// (SIGTERM, SIGKILL after kill_timeout), never restarts, and ends with `exit_code`.
+class ExternalStop {
+ public:
+  void request(int exit_code, const std::string& reason);
+  std::optional<std::pair<int, std::string>> requested() const;
+
+  // For the supervisor: `wake` is called (under the lock) on a request, until cleared.
+  void set_waker(std::function<void()> wake);
+
+ private:
+  mutable std::mutex mutex_;
+  std::optional<std::pair<int, std::string>> request_;
+  std::function<void()> wake_;
+};
+
 struct SupervisorOptions {
   std::optional<std::string> log_dir;  // created if missing
   bool quiet = false;
@@ -76,6 +104,12 @@ struct SupervisorOptions {
   int max_restarts = 0;  // restarts after a failed generation (worker failure or hang guard)
   std::chrono::milliseconds hang_timeout{0};  // no output from any running rank this long: fail
                                               // the generation; 0 turns the hang guard off
+  // Called once, on the supervisor's thread, as soon as the job is known to end failed on this
+  // node: a worker failure or hang with no restart left, or an interrupt. Not called for a stop
+  // requested through `external_stop`. May be empty.
+  std::function<void(const FailureNotice&)> on_failure;
+  // Lets another thread stop the job (see ExternalStop). May be null.
+  std::shared_ptr<ExternalStop> external_stop;
 };
 
 struct JobOutcome {
@@ -86,6 +120,7 @@ struct JobOutcome {
   std::optional<int> failed_rank;       // the last generation's first failed worker, if any
   std::optional<int> interrupt_signal;  // the signal that stopped the launcher, if any
   bool hang = false;                    // the hang guard ended the last generation
+  std::optional<std::string> external_stop;  // the reason, when ExternalStop ended the job
   int restarts = 0;                     // how many times the workers were started again
 };
 

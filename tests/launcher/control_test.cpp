@@ -1,0 +1,224 @@
+// The control connection of a multi-node job, with every "node" a ControlChannel in this process
+// (threads), on 127.0.0.1 and a free port.
+#include "launcher/control.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include "launcher/ports.h"
+
+namespace ddl::launcher {
+namespace {
+
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+ControlOptions options_for(std::uint16_t port, int node, int nnodes) {
+  ControlOptions o;
+  o.endpoint = env::Endpoint{"127.0.0.1", port};
+  o.job_id = "ddl-control";
+  o.secret = "s3cret";
+  o.node_rank = node;
+  o.nnodes = nnodes;
+  o.rendezvous_timeout = milliseconds(5000);
+  o.heartbeat_interval = milliseconds(100);
+  o.heartbeat_timeout = milliseconds(1000);
+  o.linger_timeout = milliseconds(2000);
+  return o;
+}
+
+JobDescription description(int nproc) {
+  return {{"nnodes", "2"}, {"nproc_per_node", std::to_string(nproc)}, {"worker program", "w"}};
+}
+
+std::vector<env::Endpoint> endpoints(const std::string& host, std::uint16_t first, int n) {
+  std::vector<env::Endpoint> out;
+  for (int i = 0; i < n; ++i) out.push_back({host, static_cast<std::uint16_t>(first + i)});
+  return out;
+}
+
+bool wait_for(const std::function<bool()>& done, milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (!done()) {
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  return true;
+}
+
+std::uint16_t free_port() { return pick_free_ports("127.0.0.1", 1).front(); }
+
+TEST(ControlRecords, FailureRecordRoundTrips) {
+  const FailureRecord r{1, 3, 137, "rank 3 was killed by SIGKILL (exit code 137)"};
+  EXPECT_EQ(r.str(), "node 1 rank 3 exit 137: rank 3 was killed by SIGKILL (exit code 137)");
+  const FailureRecord back = FailureRecord::parse(r.str());
+  EXPECT_EQ(back.node, 1);
+  EXPECT_EQ(back.rank, 3);
+  EXPECT_EQ(back.exit_code, 137);
+  EXPECT_EQ(back.what, r.what);
+  const FailureRecord no_rank = FailureRecord::parse("node 0 exit 130: stopped by SIGINT");
+  EXPECT_FALSE(no_rank.rank);
+  EXPECT_EQ(no_rank.exit_code, 130);
+  EXPECT_EQ(FailureRecord::parse("garbage").node, -1);
+}
+
+TEST(ControlRecords, MismatchNamesTheFieldAndBothValues) {
+  EXPECT_FALSE(description_mismatch(description(2), 0, description(2), 1));
+  const auto why = description_mismatch(description(2), 0, description(3), 1);
+  ASSERT_TRUE(why);
+  EXPECT_EQ(*why,
+            "the job description differs between nodes: nproc_per_node is '2' on node 0 (this "
+            "node) but '3' on node 1");
+  EXPECT_EQ(decode_description(encode_description(description(5))), description(5));
+}
+
+TEST(ControlChannel, TwoNodesAgreeOnEndpointsAndJobId) {
+  const std::uint16_t port = free_port();
+  auto node1 = std::async(std::launch::async, [port] {
+    ControlChannel c(options_for(port, 1, 2));
+    auto agreement = c.rendezvous(description(2), endpoints("127.0.0.2", 7000, 2), "ignored");
+    EXPECT_FALSE(c.finish());
+    return agreement;
+  });
+  ControlChannel c0(options_for(port, 0, 2));
+  const auto a0 = c0.rendezvous(description(2), endpoints("127.0.0.1", 9000, 2), "job-of-node-0");
+  const auto a1 = node1.get();
+  EXPECT_FALSE(c0.finish());
+  EXPECT_EQ(env::join_endpoints(a0.endpoints),
+            "127.0.0.1:9000,127.0.0.1:9001,127.0.0.2:7000,127.0.0.2:7001");
+  EXPECT_EQ(a0.endpoints, a1.endpoints);
+  EXPECT_EQ(a0.job_id, "job-of-node-0");
+  EXPECT_EQ(a1.job_id, "job-of-node-0");
+}
+
+TEST(ControlChannel, MismatchFailsOnBothSides) {
+  const std::uint16_t port = free_port();
+  auto node1 = std::async(std::launch::async, [port]() -> std::string {
+    ControlChannel c(options_for(port, 1, 2));
+    try {
+      c.rendezvous(description(3), endpoints("127.0.0.2", 7000, 3), "");
+    } catch (const ControlError& e) {
+      c.abandon();
+      return e.what();
+    }
+    return "no error";
+  });
+  ControlChannel c0(options_for(port, 0, 2));
+  const auto started = Clock::now();
+  std::string error0 = "no error";
+  try {
+    c0.rendezvous(description(2), endpoints("127.0.0.1", 9000, 2), "j");
+  } catch (const ControlError& e) {
+    error0 = e.what();
+    c0.abandon();
+  }
+  const std::string error1 = node1.get();
+  EXPECT_LT(Clock::now() - started, milliseconds(4000)) << "well before the deadline";
+  EXPECT_NE(error0.find("nproc_per_node is '2' on node 0 (this node) but '3' on node 1"),
+            std::string::npos)
+      << error0;
+  EXPECT_NE(error1.find("nproc_per_node is '3' on node 1 (this node) but '2' on node 0"),
+            std::string::npos)
+      << error1;
+}
+
+TEST(ControlChannel, MissingNodeIsNamedAtTheDeadline) {
+  auto options = options_for(free_port(), 0, 3);
+  options.rendezvous_timeout = milliseconds(500);
+  ControlChannel c0(options);
+  const auto started = Clock::now();
+  try {
+    c0.rendezvous(description(2), endpoints("127.0.0.1", 9000, 2), "j");
+    ADD_FAILURE() << "no error";
+  } catch (const ControlError& e) {
+    EXPECT_NE(std::string(e.what()).find("node(s) 1, 2 of 3 did not join"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_GE(Clock::now() - started, milliseconds(500));
+  EXPECT_LT(Clock::now() - started, milliseconds(3000));
+}
+
+TEST(ControlChannel, AFailureReachesTheOtherNodeAndNamesItself) {
+  const std::uint16_t port = free_port();
+  ControlChannel c0(options_for(port, 0, 2));
+  auto c1_future = std::async(std::launch::async, [port] {
+    auto c = std::make_unique<ControlChannel>(options_for(port, 1, 2));
+    c->rendezvous(description(2), endpoints("127.0.0.2", 7000, 2), "");
+    return c;
+  });
+  c0.rendezvous(description(2), endpoints("127.0.0.1", 9000, 2), "j");
+  auto c1 = c1_future.get();
+  auto stop0 = std::make_shared<ExternalStop>();
+  auto stop1 = std::make_shared<ExternalStop>();
+  c0.watch(stop0);
+  c1->watch(stop1);
+
+  c1->report_failure(FailureNotice{3, 137, "rank 3 was killed by SIGKILL (exit code 137)"});
+  c0.report_failure(FailureNotice{0, 143, "a later failure does not replace the first"});
+  ASSERT_TRUE(wait_for([&] { return stop0->requested().has_value(); }, milliseconds(2000)));
+  EXPECT_EQ(stop0->requested()->first, 137);
+  EXPECT_NE(stop0->requested()->second.find("node 1 failed first (node 1 rank 3 exit 137"),
+            std::string::npos)
+      << stop0->requested()->second;
+  EXPECT_FALSE(stop1->requested()) << "a node is not told about its own failure";
+
+  auto f1 = std::async(std::launch::async, [&] { return c1->finish(); });
+  const auto f0 = c0.finish();
+  const auto first1 = f1.get();
+  ASSERT_TRUE(f0);
+  ASSERT_TRUE(first1);
+  EXPECT_EQ(f0->str(), first1->str());
+  EXPECT_EQ(f0->node, 1);
+  EXPECT_EQ(f0->rank, 3);
+}
+
+TEST(ControlChannel, AVanishedNodeIsNoticedWithinTheHeartbeatTimeout) {
+  const std::uint16_t port = free_port();
+  ControlChannel c0(options_for(port, 0, 2));
+  auto c1_future = std::async(std::launch::async, [port] {
+    auto c = std::make_unique<ControlChannel>(options_for(port, 1, 2));
+    c->rendezvous(description(2), endpoints("127.0.0.2", 7000, 2), "");
+    return c;
+  });
+  c0.rendezvous(description(2), endpoints("127.0.0.1", 9000, 2), "j");
+  auto c1 = c1_future.get();
+  auto stop0 = std::make_shared<ExternalStop>();
+  c0.watch(stop0);
+  c1->watch(std::make_shared<ExternalStop>());
+  std::this_thread::sleep_for(milliseconds(300));  // a few heartbeats
+  const auto vanished = Clock::now();
+  c1.reset();  // no goodbye: like a launcher that was SIGKILLed
+  ASSERT_TRUE(wait_for([&] { return stop0->requested().has_value(); }, milliseconds(3000)));
+  EXPECT_LT(Clock::now() - vanished, milliseconds(2500));
+  EXPECT_NE(stop0->requested()->second.find("node 1's launcher stopped answering"),
+            std::string::npos)
+      << stop0->requested()->second;
+  const auto first = c0.finish();
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->node, 1);
+}
+
+TEST(ControlChannel, LosingNodeZeroStopsTheOthers) {
+  const std::uint16_t port = free_port();
+  auto c0 = std::make_unique<ControlChannel>(options_for(port, 0, 2));
+  auto c1_future = std::async(std::launch::async, [port] {
+    auto c = std::make_unique<ControlChannel>(options_for(port, 1, 2));
+    c->rendezvous(description(2), endpoints("127.0.0.2", 7000, 2), "");
+    return c;
+  });
+  c0->rendezvous(description(2), endpoints("127.0.0.1", 9000, 2), "j");
+  auto c1 = c1_future.get();
+  auto stop1 = std::make_shared<ExternalStop>();
+  c1->watch(stop1);
+  c0.reset();
+  ASSERT_TRUE(wait_for([&] { return stop1->requested().has_value(); }, milliseconds(3000)));
+  EXPECT_NE(stop1->requested()->second.find("lost the control connection"), std::string::npos)
+      << stop1->requested()->second;
+  EXPECT_EQ(stop1->requested()->first, 1);
+}
+
+}  // namespace
+}  // namespace ddl::launcher

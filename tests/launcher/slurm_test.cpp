@@ -1,0 +1,199 @@
+// Slurm's environment: hostlist expansion and the plan a 2-node allocation produces; the torchrun
+// spelling of the node flags.
+#include "env/slurm.h"
+
+#include <gtest/gtest.h>
+
+#include "launcher/options.h"
+#include "launcher/plan.h"
+#include "launcher/topology.h"
+
+namespace ddl::launcher {
+namespace {
+
+using Hosts = std::vector<std::string>;
+
+LaunchOptions parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "launch");
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  return parse_options(static_cast<int>(argv.size()), argv.data());
+}
+
+Hosts expand(const std::string& text) { return env::expand_hostlist(text, "LIST"); }
+
+TEST(Hostlist, Expands) {
+  EXPECT_EQ(expand("node[01-04]"), (Hosts{"node01", "node02", "node03", "node04"}));
+  EXPECT_EQ(expand("a[1,3-5]b"), (Hosts{"a1b", "a3b", "a4b", "a5b"}));
+  EXPECT_EQ(expand("plain"), (Hosts{"plain"}));
+  EXPECT_EQ(expand("n1,n2"), (Hosts{"n1", "n2"}));
+  EXPECT_EQ(expand("gpu[1-2],cpu7,x[9-10]"), (Hosts{"gpu1", "gpu2", "cpu7", "x9", "x10"}));
+  EXPECT_EQ(expand("x[8-10]"), (Hosts{"x8", "x9", "x10"})) << "no padding from a 1-digit bound";
+  EXPECT_EQ(expand("x[098-101]"), (Hosts{"x098", "x099", "x100", "x101"}));
+  EXPECT_EQ(expand("x[007]"), (Hosts{"x007"}));
+  EXPECT_EQ(expand("r[1-2]n[1-2]"), (Hosts{"r1n1", "r1n2", "r2n1", "r2n2"}));
+  EXPECT_EQ(expand("[1-2]x"), (Hosts{"1x", "2x"}));
+  EXPECT_EQ(expand("127.0.0.[1-2]"), (Hosts{"127.0.0.1", "127.0.0.2"}));
+  EXPECT_EQ(expand("node-a.example.com,node[3-3].ib"),
+            (Hosts{"node-a.example.com", "node3.ib"}));
+  EXPECT_EQ(expand("n[1-65536]").size(), env::kMaxHostlistHosts);
+}
+
+TEST(Hostlist, RejectsMalformedListsQuotingThem) {
+  for (const std::string bad :
+       {"", "n[1-2", "n1-2]", "n[]", "n[2-1]", "n[a-b]", "n[1-]", "n[-1]", "n[1,,2]", "n1,,n2",
+        "n1,", ",n1", "n[[1]]", "n[1-2]x]", "n 1", "n[1-70000]", "n[0-999]m[0-999]"}) {
+    try {
+      expand(bad);
+      ADD_FAILURE() << "'" << bad << "' was accepted";
+    } catch (const env::EnvError& e) {
+      EXPECT_NE(std::string(e.what()).find("LIST='" + bad + "'"), std::string::npos) << e.what();
+    }
+  }
+}
+
+env::EnvMap two_node_allocation(const std::string& node_id) {
+  return {{env::kSlurmJobNodelist, "gpu[07-08]"},
+          {env::kSlurmNnodes, "2"},
+          {env::kSlurmNodeId, node_id},
+          {env::kSlurmJobId, "4242"},
+          {env::kSlurmNtasksPerNode, "1"}};
+}
+
+TEST(Slurm, ReadsTheAllocation) {
+  EXPECT_FALSE(env::slurm_nodes({}));
+  EXPECT_FALSE(env::slurm_nodes({{env::kSlurmJobNodelist, "a[1-2]"}})) << "NODEID/NNODES missing";
+  const auto nodes = env::slurm_nodes(two_node_allocation("1"));
+  ASSERT_TRUE(nodes);
+  EXPECT_EQ(nodes->hosts, (Hosts{"gpu07", "gpu08"}));
+  EXPECT_EQ(nodes->node_rank, 1);
+  EXPECT_EQ(nodes->job_id, "4242");
+}
+
+TEST(Slurm, RejectsInconsistentAllocations) {
+  auto expect_error = [](env::EnvMap env, const std::string& part) {
+    try {
+      env::slurm_nodes(env);
+      ADD_FAILURE() << "accepted; expected an error about " << part;
+    } catch (const env::EnvError& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  auto env = two_node_allocation("2");
+  expect_error(env, "SLURM_NODEID='2'");
+  env = two_node_allocation("0");
+  env[env::kSlurmNnodes] = "3";
+  expect_error(env, "SLURM_NNODES='3'");
+  env = two_node_allocation("0");
+  env[env::kSlurmNtasksPerNode] = "4";
+  expect_error(env, "--ntasks-per-node=1");
+  env = two_node_allocation("x");
+  expect_error(env, "SLURM_NODEID='x'");
+  env = two_node_allocation("0");
+  env[env::kSlurmJobNodelist] = "a,a";
+  expect_error(env, "twice");
+}
+
+TEST(Slurm, TwoNodeAllocationGivesTheTopologyAndThePlan) {
+  const LaunchOptions options = parse({"--nproc_per_node=2", "--started_port=7000", "w"});
+  for (int node = 0; node < 2; ++node) {
+    SCOPED_TRACE("node " + std::to_string(node));
+    const NodeTopology t = resolve_topology(options, two_node_allocation(std::to_string(node)));
+    EXPECT_TRUE(t.multi_node());
+    EXPECT_EQ(t.nnodes, 2);
+    EXPECT_EQ(t.node_rank, node);
+    EXPECT_EQ(t.hosts, (Hosts{"gpu07", "gpu08"}));
+    EXPECT_EQ(t.local_host, node == 0 ? "gpu07" : "gpu08");
+    EXPECT_EQ(t.control.str(), "gpu07:6999") << "started_port - 1 on node 0";
+    EXPECT_NE(t.source.find("Slurm job 4242"), std::string::npos) << t.source;
+
+    // The endpoints every node publishes, as `launch` gathers them through the control store.
+    PlanInputs in;
+    in.cores = 4;
+    in.job_id = "j";
+    in.job_secret = "s";
+    in.node_rank = t.node_rank;
+    in.cluster_endpoints = std::vector<env::Endpoint>{
+        {"gpu07", 7000}, {"gpu07", 7001}, {"gpu08", 7000}, {"gpu08", 7001}};
+    const ClusterPlan plan = make_plan(options, in);
+    EXPECT_EQ(plan.world_size, 4);
+    ASSERT_EQ(plan.local.size(), 2u);
+    for (int i = 0; i < 2; ++i) {
+      const auto& c = plan.local[i].contract;
+      EXPECT_EQ(c.rank, node * 2 + i);
+      EXPECT_EQ(c.local_rank, i);
+      EXPECT_EQ(c.current.str(), t.hosts[node] + ":" + std::to_string(7000 + i));
+      EXPECT_EQ(plan.local[i].env.at(env::kTrainerEndpoints),
+                "gpu07:7000,gpu07:7001,gpu08:7000,gpu08:7001");
+      EXPECT_EQ(plan.local[i].env.at(env::kMasterAddr), "gpu07");
+    }
+  }
+}
+
+TEST(Slurm, NodeFlagsWinAndOneNodeAllocationsStaySingleNode) {
+  const auto slurm = two_node_allocation("1");
+  const NodeTopology flags =
+      resolve_topology(parse({"--ips=10.0.0.1,10.0.0.2", "--node_ip=10.0.0.1", "w"}), slurm);
+  EXPECT_EQ(flags.node_rank, 0);
+  EXPECT_EQ(flags.hosts, (Hosts{"10.0.0.1", "10.0.0.2"}));
+  EXPECT_EQ(flags.control.str(), "10.0.0.1:" + std::to_string(kDefaultControlPort));
+
+  env::EnvMap one = {{env::kSlurmJobNodelist, "solo"}, {env::kSlurmNnodes, "1"},
+                     {env::kSlurmNodeId, "0"}};
+  const NodeTopology single = resolve_topology(parse({"w"}), one);
+  EXPECT_FALSE(single.multi_node());
+  EXPECT_EQ(single.local_host, "127.0.0.1");
+}
+
+TEST(Torchrun, SpellingMapsOntoTheTopology) {
+  const LaunchOptions o = parse({"--nnodes=3", "--node_rank=2", "--master_addr=head.example",
+                                 "--master_port=1234", "--nproc_per_node=4", "w"});
+  EXPECT_EQ(o.nnodes, 3);
+  EXPECT_EQ(o.node_rank, 2);
+  const NodeTopology t = resolve_topology(o, {});
+  EXPECT_EQ(t.nnodes, 3);
+  EXPECT_EQ(t.node_rank, 2);
+  EXPECT_TRUE(t.hosts.empty()) << "the other nodes publish their own endpoints";
+  EXPECT_FALSE(t.local_host) << "found by routing towards the master";
+  EXPECT_EQ(t.control.str(), "head.example:1234");
+
+  const NodeTopology with_ip =
+      resolve_topology(parse({"--nnodes=2", "--node_rank=1", "--master_addr=10.0.0.1",
+                              "--node_ip=10.0.0.7", "w"}),
+                       {});
+  EXPECT_EQ(with_ip.local_host, "10.0.0.7");
+  EXPECT_EQ(with_ip.control.port, kDefaultControlPort);
+
+  EXPECT_FALSE(resolve_topology(parse({"--nnodes=1", "w"}), {}).multi_node());
+}
+
+TEST(Torchrun, BadCombinationsNameTheFlags) {
+  auto expect_error = [](std::vector<std::string> args, const std::string& part) {
+    try {
+      parse(args);
+      ADD_FAILURE() << "accepted; expected an error about " << part;
+    } catch (const OptionsError& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  expect_error({"--nnodes=2", "--node_rank=2", "--master_addr=a", "w"}, "--node_rank=2");
+  expect_error({"--nnodes=2", "--node_rank=1", "w"}, "--master_addr");
+  expect_error({"--nnodes=2", "--ips=10.0.0.1,10.0.0.2", "--master_addr=a", "w"}, "one spelling");
+  expect_error({"--nnodes=0", "w"}, "--nnodes");
+  expect_error({"--master_port=0", "w"}, "--master_port");
+  expect_error({"--master_addr=bad host", "w"}, "--master_addr");
+  expect_error({"--ips=node_a!,b", "w"}, "--ips");
+}
+
+TEST(Options, HostNamesAreAcceptedInTheNodeList) {
+  const LaunchOptions o = parse({"--ips=gpu07,gpu08.cluster", "--node_ip=gpu08.cluster", "w"});
+  EXPECT_EQ(o.cluster_node_ips, (Hosts{"gpu07", "gpu08.cluster"}));
+  EXPECT_EQ(o.node_index(), 1);
+  EXPECT_TRUE(is_valid_host("10.0.0.1"));
+  EXPECT_FALSE(is_valid_host("10.0.0"));
+  EXPECT_FALSE(is_valid_host("-a"));
+  EXPECT_FALSE(is_valid_host("a..b"));
+}
+
+}  // namespace
+}  // namespace ddl::launcher
