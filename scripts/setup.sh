@@ -11,6 +11,7 @@ packages=(
   libboost1.81-dev libcxxopts-dev nlohmann-json3-dev libspdlog-dev zlib1g-dev libgtest-dev
   libtorch-dev libgloo-dev
   clang libclang-rt-14-dev
+  strace
 )
 
 missing=()
