@@ -161,28 +161,13 @@ void disturb_store(std::uint16_t port, const std::atomic<bool>& stop, std::atomi
   }
 }
 
-std::uint16_t free_port_pair() {
-  for (int attempt = 0; attempt < 50; ++attempt) {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof addr;
-    ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    ::close(fd);
-    const std::uint16_t port = ntohs(addr.sin_port);
-    if (port < 65000) return port;
-  }
-  return 0;
-}
 
 TEST(Faults, GarbageOversizedAndWrongSecretConnectionsDoNotDisturbTheJob) {
   SKIP_WITHOUT_DATA();
   const json clean = undisturbed_run(40);
   TempDir dir;
   const fs::path logs = dir.path() / "logs";
-  const std::uint16_t port = free_port_pair();
+  const auto port = static_cast<std::uint16_t>(free_loopback_port());
   ASSERT_NE(port, 0);
   std::atomic<bool> stop{false};
   std::atomic<int> sent{0};

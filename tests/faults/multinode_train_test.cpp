@@ -1,10 +1,6 @@
 // Two nodes on one machine (127.0.0.1 and 127.0.0.2), two CPU workers each, running a short
 // train_mnist: the four ranks of the job end with one parameter checksum, and each node's log
 // folder holds its own ranks' logs.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-
 #include <nlohmann/json.hpp>
 
 #include "tests/launcher/launch_helpers.h"
@@ -15,17 +11,6 @@ using namespace ddl::launch_test;
 
 const std::string kData = std::string(DDL_SOURCE_DIR) + "/data/mnist";
 
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 std::string checksum(const fs::path& logs, int rank) {
   std::istringstream in(worker_log(logs, rank));
@@ -42,7 +27,7 @@ TEST(MultiNodeTraining, FourRanksOnTwoNodesEndWithOneChecksum) {
   if (!fs::exists(kData + "/train-images-idx3-ubyte")) GTEST_SKIP() << kData << " is missing";
   TempDir dir;
   const fs::path logs0 = dir.path() / "node0", logs1 = dir.path() / "node1";
-  const int control_port = free_port();
+  const int control_port = free_loopback_port();
   auto args = [&](const std::string& ip, const fs::path& logs) {
     return std::vector<std::string>{"--cluster_node_ips=127.0.0.1,127.0.0.2",
                                     "--node_ip=" + ip,

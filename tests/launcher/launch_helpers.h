@@ -2,9 +2,12 @@
 // the built `launch`, wait for conditions with deadlines, find the processes a job left behind.
 #pragma once
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -53,6 +56,24 @@ inline int count(const std::string& text, const std::string& part) {
 }
 
 // Polls `done` every 10 ms until it holds or `timeout` passes.
+// A port that was free on 127.0.0.1 a moment ago (bound to port 0, then closed), below 65000 so
+// that a few ports after it exist too (--started_port P uses P, P+1, ...).
+inline int free_loopback_port() {
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    const bool bound = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+                       ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+    ::close(fd);
+    if (bound && ntohs(addr.sin_port) < 65000) return ntohs(addr.sin_port);
+  }
+  ADD_FAILURE() << "no free port on 127.0.0.1";
+  return 0;
+}
+
 inline bool wait_until(const std::function<bool()>& done, milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
   while (!done()) {

@@ -16,18 +16,6 @@ constexpr const char* kSecret = "multinode-test-secret";
 const std::string kNode0 = "127.0.0.1";
 const std::string kNode1 = "127.0.0.2";
 
-// A port that was free on 127.0.0.1 a moment ago (bound to port 0, then closed).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 ddl::env::EnvMap secret_env() { return {{ddl::env::kJobSecret, kSecret}}; }
 
@@ -83,7 +71,7 @@ void expect_four_ranks(const fs::path& logs0, const fs::path& logs1) {
 
 TEST(MultiNode, TwoNodesFormOneJob) {
   TempDir tmp0, tmp1;
-  const int port = free_port();
+  const int port = free_loopback_port();
   const fs::path logs0 = tmp0.path() / "logs", logs1 = tmp1.path() / "logs";
   LaunchRun node1(tmp1, paddle_args(kNode1, port, logs1, {"--lines", "2"}), secret_env());
   LaunchRun node0(tmp0, paddle_args(kNode0, port, logs0, {"--lines", "2"}), secret_env());
@@ -98,7 +86,7 @@ TEST(MultiNode, TwoNodesFormOneJob) {
 
 TEST(MultiNode, TorchrunSpelling) {
   TempDir tmp0, tmp1;
-  const int port = free_port();
+  const int port = free_loopback_port();
   const fs::path logs0 = tmp0.path() / "logs", logs1 = tmp1.path() / "logs";
   auto args = [&](int node, const fs::path& logs) {
     std::vector<std::string> a{"--nnodes=2", "--node_rank=" + std::to_string(node),
@@ -118,7 +106,7 @@ TEST(MultiNode, TorchrunSpelling) {
 
 TEST(MultiNode, SlurmAllocationNeedsNoNodeFlags) {
   TempDir tmp0, tmp1;
-  const int port = free_port();
+  const int port = free_loopback_port();
   const fs::path logs0 = tmp0.path() / "logs", logs1 = tmp1.path() / "logs";
   auto slurm = [&](int node) {
     ddl::env::EnvMap env = secret_env();
@@ -143,7 +131,7 @@ TEST(MultiNode, SlurmAllocationNeedsNoNodeFlags) {
 
 TEST(MultiNode, KilledWorkerOnTheSecondNodeStopsBothNodes) {
   TempDir tmp0, tmp1;
-  const int port = free_port();
+  const int port = free_loopback_port();
   const fs::path logs0 = tmp0.path() / "logs", logs1 = tmp1.path() / "logs";
   const std::vector<std::string> worker{"--sleep_ms", "60000", "--spawn_child"};
   LaunchRun node0(tmp0, paddle_args(kNode0, port, logs0, worker), secret_env());
@@ -179,7 +167,7 @@ TEST(MultiNode, KilledWorkerOnTheSecondNodeStopsBothNodes) {
 
 TEST(MultiNode, VanishedLauncherIsNoticed) {
   TempDir tmp0, tmp1;
-  const int port = free_port();
+  const int port = free_loopback_port();
   const fs::path logs0 = tmp0.path() / "logs", logs1 = tmp1.path() / "logs";
   const std::vector<std::string> worker{"--sleep_ms", "60000"};
   LaunchRun node0(tmp0, paddle_args(kNode0, port, logs0, worker), secret_env());
@@ -221,7 +209,7 @@ void expect_mismatch(const std::vector<std::string>& args0, const std::vector<st
 
 TEST(MultiNode, DifferentWorkerCountsFailOnBothSides) {
   TempDir logs;
-  const int port = free_port();
+  const int port = free_loopback_port();
   expect_mismatch(paddle_args(kNode0, port, logs.path() / "a", {}, "2"),
                   paddle_args(kNode1, port, logs.path() / "b", {}, "3"),
                   "nproc_per_node is '2' on node 0 (this node) but '3' on node 1",
@@ -230,7 +218,7 @@ TEST(MultiNode, DifferentWorkerCountsFailOnBothSides) {
 
 TEST(MultiNode, DifferentNodeListsFailOnBothSides) {
   TempDir logs;
-  const int port = free_port();
+  const int port = free_loopback_port();
   auto args1 = paddle_args("127.0.0.3", port, logs.path() / "b", {});
   args1[0] = "--cluster_node_ips=127.0.0.1,127.0.0.3";
   expect_mismatch(paddle_args(kNode0, port, logs.path() / "a", {}), args1,
@@ -242,7 +230,7 @@ TEST(MultiNode, DifferentNodeListsFailOnBothSides) {
 
 TEST(MultiNode, SecretIsRequired) {
   TempDir tmp;
-  LaunchRun run(tmp, paddle_args(kNode0, free_port(), tmp.path() / "logs", {}));
+  LaunchRun run(tmp, paddle_args(kNode0, free_loopback_port(), tmp.path() / "logs", {}));
   ASSERT_EQ(run.wait(milliseconds(10'000)), 2) << run.err();
   EXPECT_TRUE(contains(run.err(), "DDL_JOB_SECRET")) << run.err();
   EXPECT_FALSE(fs::exists(tmp.path() / "logs")) << "nothing was set up";
