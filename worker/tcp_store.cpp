@@ -34,7 +34,10 @@ using store_detail::describe_keys;
 constexpr milliseconds kHandshakeTimeout{30'000};
 // First and largest pause between connection attempts.
 constexpr milliseconds kFirstBackoff{10};
-constexpr milliseconds kMaxBackoff{1'000};
+// Small enough that a rank waiting for rank 0 (which starts its store only after loading
+// LibTorch) joins within a few tens of milliseconds of it; a refused connect on loopback costs
+// microseconds, so polling this often is cheap.
+constexpr milliseconds kMaxBackoff{50};
 
 // Compares without an early exit, so the time taken does not reveal how much of a guessed
 // secret was right.

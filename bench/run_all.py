@@ -1,0 +1,452 @@
+"""Runs the three side-by-side benchmarks of issue 7 and prints one table with ratios.
+
+Called by bench/run_all.sh (see there, and docs/PERFORMANCE.md). Ours and the reference run in the
+same invocation, interleaved (the order alternates every repetition), with the same
+OMP_NUM_THREADS, and every figure is a median over the repetitions. Needs only the standard
+library; the references run under Debian's /usr/bin/python3, the one interpreter that has torch.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+TORCH_PYTHON = "/usr/bin/python3"
+
+
+# --- machine ------------------------------------------------------------------------------------
+
+def load1():
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
+def cpu_model():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def cpu_flags():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                return " ".join(x for x in ("avx2", "fma", "avx512f") if x in flags)
+    return ""
+
+
+def command_output(cmd, default="unknown"):
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        return out.stdout.strip() or default
+    except (OSError, subprocess.SubprocessError):
+        return default
+
+
+def versions():
+    rev = command_output(["git", "-C", REPO, "rev-parse", "--short", "HEAD"])
+    dirty = command_output(["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no"], "")
+    return {
+        "torch": command_output([TORCH_PYTHON, "-c", "import torch; print(torch.__version__)"]),
+        "python": command_output([TORCH_PYTHON, "-c", "import platform; print(platform.python_version())"]),
+        "gloo": command_output(["dpkg-query", "-W", "-f=${Version}", "libgloo-dev"]),
+        "libtorch": command_output(["dpkg-query", "-W", "-f=${Version}", "libtorch-dev"]),
+        "ddlaunch": rev + ("+local changes" if dirty else ""),
+    }
+
+
+def wait_until_quiet(threshold, max_wait_s):
+    """Waits (bounded) until the 1-minute load average is below `threshold`."""
+    deadline = time.monotonic() + max_wait_s
+    while load1() >= threshold and time.monotonic() < deadline:
+        print(f"# load {load1():.2f} >= {threshold}; waiting for a quiet machine ...", flush=True)
+        time.sleep(min(30.0, max(1.0, deadline - time.monotonic())))
+    return load1()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --- running one side ---------------------------------------------------------------------------
+
+class RunFailed(RuntimeError):
+    pass
+
+
+def timed(cmd, env, log_path, timeout_s):
+    """Runs `cmd` with stdout+stderr to `log_path`; returns (wall seconds, output text)."""
+    with open(log_path, "w") as log:
+        start = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise RunFailed(f"{' '.join(cmd)}: no exit after {timeout_s} s (log {log_path})")
+        wall = time.perf_counter() - start
+    with open(log_path, errors="replace") as f:
+        text = f.read()
+    if proc.returncode != 0:
+        tail = "\n".join(text.splitlines()[-15:])
+        raise RunFailed(f"{' '.join(cmd)}: exit code {proc.returncode} (log {log_path}):\n{tail}")
+    return wall, text
+
+
+def json_lines(text):
+    for line in text.splitlines():
+        start = line.find("{")
+        if start < 0:
+            continue
+        try:
+            yield json.loads(line[start:])
+        except ValueError:
+            continue
+
+
+class Sides:
+    """The two command lines of each benchmark, and where their logs go."""
+
+    def __init__(self, build_dir, work_dir, data_dir):
+        self.bin = os.path.join(build_dir, "bin")
+        self.work = work_dir
+        self.data = data_dir
+        self.count = 0
+
+    def log(self, name):
+        self.count += 1
+        return os.path.join(self.work, f"{self.count:03d}-{name}.log")
+
+    def launch(self, nproc, log_dir, program, *args):
+        return [os.path.join(self.bin, "launch"), f"--nproc_per_node={nproc}", "--log_dir", log_dir,
+                program, *args]
+
+    def torchrun(self, nproc, script, *args):
+        # The default static rendezvous (the fastest torchrun offers on one node) on a port that
+        # is free now, so concurrent jobs on the machine cannot collide on 29500.
+        # script None: `args` are torchrun options and the program (e.g. --no_python /bin/true).
+        return [TORCH_PYTHON, os.path.join(HERE, "torchrun_py311.py"), f"--nproc_per_node={nproc}",
+                "--monitor_interval", "0.1", "--master_port", str(free_port()),
+                *([os.path.join(HERE, script)] if script else []), *args]
+
+
+def threads_for(ranks):
+    return str(max(1, (os.cpu_count() or 1) // ranks))
+
+
+def env_for(ranks):
+    env = dict(os.environ)
+    env["OMP_NUM_THREADS"] = threads_for(ranks)
+    return env
+
+
+# --- the three benchmarks -----------------------------------------------------------------------
+
+def bench_startup(sides, ranks_list, reps, launcher_only):
+    """The full job (rendezvous + one all-reduce), and with `launcher_only` also the launchers
+    alone running /bin/true workers (torchrun --no_python): what each launcher itself costs."""
+    rows = []
+    kinds = [("job", "startup_worker", "startup_ref.py")]
+    if launcher_only:
+        kinds.append(("launcher only", "/bin/true", None))
+    for kind, ours_prog, ref_script in kinds:
+        for n in ranks_list:
+            ours, ref = [], []
+            for rep in range(reps):
+                order = ("ours", "ref") if rep % 2 == 0 else ("ref", "ours")
+                for side in order:
+                    if side == "ours":
+                        log_dir = os.path.join(sides.work, f"startup-ours-{n}-{rep}")
+                        cmd = sides.launch(n, log_dir, ours_prog)
+                        wall, _ = timed(cmd, env_for(n), sides.log(f"startup-ours-{n}"), 300)
+                        ours.append(wall)
+                    else:
+                        if ref_script:
+                            cmd = sides.torchrun(n, ref_script)
+                        else:
+                            cmd = sides.torchrun(n, None, "--no_python", "/bin/true")
+                        wall, _ = timed(cmd, env_for(n), sides.log(f"startup-ref-{n}"), 300)
+                        ref.append(wall)
+                print(f"# start-up ({kind}) {n} ranks, rep {rep + 1}/{reps}: ours {ours[-1]:.3f} s, "
+                      f"torchrun {ref[-1]:.3f} s (load {load1():.2f})", flush=True)
+            rows.append({"kind": kind, "ranks": n, "ours_s": statistics.median(ours),
+                         "ref_s": statistics.median(ref), "ours_all": ours, "ref_all": ref,
+                         "paired_ratio": statistics.median(r / o for o, r in zip(ours, ref))})
+    return rows
+
+
+def bench_process_floor(sides, reps):
+    """One process that only loads the libraries: our worker standalone vs `import torch`."""
+    ours, ref = [], []
+    env = env_for(1)
+    for rep in range(reps):
+        with open(os.devnull, "w") as null:
+            start = time.perf_counter()
+            subprocess.run([os.path.join(sides.bin, "startup_worker")], env=env, stdout=null,
+                           stderr=null, check=True)
+            ours.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            subprocess.run([TORCH_PYTHON, "-c", "import torch"], env=env, stdout=null, stderr=null,
+                           check=True)
+            ref.append(time.perf_counter() - start)
+    return {"ours_s": statistics.median(ours), "ref_s": statistics.median(ref)}
+
+
+def bench_allreduce(sides, reps, max_bytes):
+    per_size = {}
+    args = ["--max_bytes", str(max_bytes)]
+    for rep in range(reps):
+        order = ("ours", "ref") if rep % 2 == 0 else ("ref", "ours")
+        for side in order:
+            if side == "ours":
+                cmd = sides.launch(2, os.path.join(sides.work, f"allreduce-ours-{rep}"),
+                                   "allreduce_bench", *args)
+            else:
+                cmd = sides.torchrun(2, "allreduce_ref.py", *args)
+            _, text = timed(cmd, env_for(2), sides.log(f"allreduce-{side}"), 900)
+            found = [r for r in json_lines(text) if r.get("bench") == "allreduce"]
+            if not found:
+                raise RunFailed(f"{side} all-reduce printed no result lines")
+            for r in found:
+                per_size.setdefault(r["bytes"], {"ours": [], "ref": []})[side].append(r["median_us"])
+        print(f"# all-reduce rep {rep + 1}/{reps} done (load {load1():.2f})", flush=True)
+    rows = []
+    for nbytes in sorted(per_size):
+        ours = statistics.median(per_size[nbytes]["ours"])
+        ref = statistics.median(per_size[nbytes]["ref"])
+        pairs = zip(per_size[nbytes]["ours"], per_size[nbytes]["ref"])
+        rows.append({"bytes": nbytes, "ours_us": ours, "ref_us": ref,
+                     "ours_GBps": nbytes / ours / 1e3, "ref_GBps": nbytes / ref / 1e3,
+                     "paired_ratio": statistics.median(r / o for o, r in pairs)})
+    return rows
+
+
+def rank0_summary(text, side):
+    found = [r for r in json_lines(text) if "images_per_sec" in r and r.get("rank", 0) == 0]
+    if not found:
+        raise RunFailed(f"{side} training printed no summary line of rank 0")
+    return found[-1]
+
+
+def bench_training(sides, ranks_list, reps, epochs, max_steps, seed):
+    rows = []
+    common = ["--epochs", str(epochs), "--batch_size", "100", "--lr", "0.01", "--optimizer", "sgd",
+              "--seed", str(seed), "--data_dir", sides.data]
+    if max_steps:
+        common += ["--max_steps", str(max_steps)]
+    for n in ranks_list:
+        runs = {"ours": [], "ref": []}
+        for rep in range(reps):
+            order = ("ours", "ref") if rep % 2 == 0 else ("ref", "ours")
+            for side in order:
+                if side == "ours":
+                    log_dir = os.path.join(sides.work, f"train-ours-{n}-{rep}")
+                    # --save '': the reference writes no checkpoint either.
+                    cmd = sides.launch(n, log_dir, "train_mnist", *common, "--save", "")
+                    wall, text = timed(cmd, env_for(n), sides.log(f"train-ours-{n}"), 1800)
+                    with open(os.path.join(log_dir, "workerlog.0"), errors="replace") as f:
+                        text = f.read()
+                else:
+                    cmd = sides.torchrun(n, "ref_train_ddp.py", *common)
+                    wall, text = timed(cmd, env_for(n), sides.log(f"train-ref-{n}"), 1800)
+                s = rank0_summary(text, side)
+                runs[side].append({"wall_s": wall, "images_per_sec": s["images_per_sec"],
+                                   "train_seconds": s["train_seconds"],
+                                   "test_accuracy": s["test_accuracy"]})
+            print(f"# training {n} rank(s), rep {rep + 1}/{reps}: ours "
+                  f"{runs['ours'][-1]['images_per_sec']:.0f} img/s {runs['ours'][-1]['wall_s']:.1f} s, "
+                  f"DDP {runs['ref'][-1]['images_per_sec']:.0f} img/s {runs['ref'][-1]['wall_s']:.1f} s "
+                  f"(load {load1():.2f})", flush=True)
+        row = {"ranks": n, "threads": threads_for(n), "runs": runs}
+        for side in ("ours", "ref"):
+            for key in ("wall_s", "images_per_sec", "train_seconds", "test_accuracy"):
+                row[f"{side}_{key}"] = statistics.median(r[key] for r in runs[side])
+        # Each repetition runs the two sides back to back, so the ratio within a repetition
+        # shares its moment's load; the median of those ratios is the robust figure.
+        row["paired_speed_ratio"] = statistics.median(
+            o["images_per_sec"] / r["images_per_sec"] for o, r in zip(runs["ours"], runs["ref"]))
+        row["paired_wall_ratio"] = statistics.median(
+            r["wall_s"] / o["wall_s"] for o, r in zip(runs["ours"], runs["ref"]))
+        rows.append(row)
+    return rows
+
+
+# --- the table ----------------------------------------------------------------------------------
+
+def human_bytes(n):
+    for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n // size} {unit}"
+    return f"{n} B"
+
+
+def table(result):
+    m, v = result["machine"], result["versions"]
+    out = []
+    out.append(f"Machine: {m['nproc']} CPUs, {m['cpu']} ({m['flags']}), {m['os']}; "
+               f"1-min load {m['load_before']:.2f} before, {m['load_after']:.2f} after")
+    out.append(f"Versions: torch {v['torch']} (Python {v['python']}), libtorch {v['libtorch']}, "
+               f"gloo {v['gloo']}, ddlaunch {v['ddlaunch']}")
+    out.append(f"Run: {result['when']}, mode {result['mode']}, medians of "
+               f"{result['reps']['startup']} (start-up), {result['reps']['allreduce']} (all-reduce), "
+               f"{result['reps']['training']} (training) runs; OMP_NUM_THREADS = cores / ranks on both sides")
+    if "startup" in result:
+        out.append("")
+        out.append("Start-up: launcher invoked -> every rank rendezvoused, one all-reduce, all exited")
+        out.append("| what | ranks | ours (launch) | torchrun | speed-up | paired speed-up |")
+        out.append("|---|---:|---:|---:|---:|---:|")
+        for r in result["startup"]:
+            what = ("startup_worker vs startup_ref.py" if r["kind"] == "job"
+                    else "launcher only: /bin/true workers")
+            out.append(f"| {what} | {r['ranks']} | {r['ours_s']:.3f} s | {r['ref_s']:.3f} s | "
+                       f"{r['ref_s'] / r['ours_s']:.1f}x | {r['paired_ratio']:.1f}x |")
+        if "process_floor" in result:
+            f = result["process_floor"]
+            out.append(f"| one process loading its libraries: startup_worker alone vs python3 -c 'import torch' "
+                       f"| 1 | {f['ours_s']:.3f} s | {f['ref_s']:.3f} s | {f['ref_s'] / f['ours_s']:.1f}x | |")
+    if "allreduce" in result:
+        out.append("")
+        out.append("All-reduce, 2 ranks, float32, median latency (algorithm bandwidth)")
+        out.append("| size | ours | torch.distributed (Gloo) | speed-up | paired speed-up |")
+        out.append("|---:|---:|---:|---:|---:|")
+        for r in result["allreduce"]:
+            out.append(f"| {human_bytes(r['bytes'])} | {r['ours_us']:.0f} us ({r['ours_GBps']:.2f} GB/s) | "
+                       f"{r['ref_us']:.0f} us ({r['ref_GBps']:.2f} GB/s) | {r['ref_us'] / r['ours_us']:.2f}x | "
+                       f"{r['paired_ratio']:.2f}x |")
+    if "training" in result:
+        out.append("")
+        out.append(f"Training: MNIST, {result['training_scope']}, batch 100 per rank, SGD lr 0.01")
+        out.append("| ranks (threads each) | images/s ours | images/s DDP | ratio (paired) | wall ours | "
+                   "wall DDP | ratio (paired) | accuracy ours | accuracy DDP |")
+        out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for r in result["training"]:
+            out.append(f"| {r['ranks']} ({r['threads']}) | {r['ours_images_per_sec']:.0f} | "
+                       f"{r['ref_images_per_sec']:.0f} | "
+                       f"{r['ours_images_per_sec'] / r['ref_images_per_sec']:.2f}x "
+                       f"({r['paired_speed_ratio']:.2f}x) | "
+                       f"{r['ours_wall_s']:.2f} s | {r['ref_wall_s']:.2f} s | "
+                       f"{r['ref_wall_s'] / r['ours_wall_s']:.2f}x ({r['paired_wall_ratio']:.2f}x) | "
+                       f"{r['ours_test_accuracy']:.4f} | {r['ref_test_accuracy']:.4f} |")
+        flops = result["flops_per_image"]
+        out.append("")
+        out.append(f"Compute: {flops / 1e6:.1f} MFLOP per image (forward + backward, counted from the "
+                   "layer shapes); achieved GFLOP/s in the training loop:")
+        for r in result["training"]:
+            ours = r["ours_images_per_sec"] * flops / 1e9
+            ref = r["ref_images_per_sec"] * flops / 1e9
+            out.append(f"  {r['ranks']} rank(s): ours {ours:.1f} GFLOP/s, DDP {ref:.1f} GFLOP/s "
+                       f"({ours / m['nproc']:.1f} per core)")
+    out.append("")
+    out.append("Speed-up = reference / ours on the medians; paired = median over repetitions of the ratio "
+               "within one repetition (the two sides ran back to back, so it shares that moment's load).")
+    for note in result.get("notes", []):
+        out.append(f"NOTE: {note}")
+    return "\n".join(out)
+
+
+def flops_per_image():
+    """Forward + backward FLOPs of the seed's net for one 28x28 image (multiply-add = 2)."""
+    conv1 = 28 * 28 * 20 * (1 * 5 * 5) * 2        # 1 -> 20 channels, 5x5, same padding
+    conv2 = 14 * 14 * 20 * (20 * 5 * 5) * 2       # 20 -> 20 channels on the pooled 14x14
+    fc = 980 * 10 * 2
+    forward = conv1 + conv2 + fc
+    # Backward: weight gradients for every layer, input gradients for all but the first conv.
+    backward = conv1 + 2 * conv2 + 2 * fc
+    return forward + backward
+
+
+# --- main ---------------------------------------------------------------------------------------
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--quick", action="store_true", help="a fast smoke run: 1 repetition, small sizes, 60 steps")
+    p.add_argument("--build_dir", default=os.environ.get("DDL_BUILD_DIR", os.path.join(REPO, "build")))
+    p.add_argument("--data_dir", default=os.path.join(REPO, "data", "mnist"))
+    p.add_argument("--only", default="startup,allreduce,training", help="comma list of benchmarks to run")
+    p.add_argument("--startup_reps", type=int, default=5)
+    p.add_argument("--allreduce_reps", type=int, default=3)
+    p.add_argument("--train_reps", type=int, default=3)
+    p.add_argument("--startup_ranks", default="2,4,8")
+    p.add_argument("--train_ranks", default="1,2")
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--max_load", type=float, default=1.0,
+                   help="wait (at most --max_wait_s) for the 1-minute load to drop below this first")
+    p.add_argument("--max_wait_s", type=float, default=0)
+    p.add_argument("--out", help="folder for the logs and result.json (default: a fresh temp folder)")
+    args = p.parse_args()
+
+    missing = [b for b in ("launch", "startup_worker", "allreduce_bench", "train_mnist")
+               if not os.access(os.path.join(args.build_dir, "bin", b), os.X_OK)]
+    if missing:
+        sys.exit(f"run_all: {', '.join(missing)} not built in {args.build_dir}/bin "
+                 f"(build them, or pass --build_dir)")
+    if not os.access(TORCH_PYTHON, os.X_OK):
+        sys.exit(f"run_all: {TORCH_PYTHON} (Debian's python3 with python3-torch) not found")
+
+    work = args.out or tempfile.mkdtemp(prefix="ddl-bench-")
+    os.makedirs(work, exist_ok=True)
+    sides = Sides(args.build_dir, work, args.data_dir)
+    only = set(args.only.split(","))
+    quick = args.quick
+    reps = {"startup": 1 if quick else args.startup_reps,
+            "allreduce": 1 if quick else args.allreduce_reps,
+            "training": 1 if quick else args.train_reps}
+
+    load_before = wait_until_quiet(args.max_load, args.max_wait_s)
+    result = {
+        "when": datetime.datetime.now().isoformat(timespec="seconds"),
+        "mode": "quick" if quick else "full",
+        "reps": reps,
+        "machine": {"nproc": os.cpu_count(), "cpu": cpu_model(), "flags": cpu_flags(),
+                    "os": platform.platform(), "load_before": load_before},
+        "versions": versions(),
+        "flops_per_image": flops_per_image(),
+        "notes": [],
+    }
+    if load_before >= args.max_load:
+        result["notes"].append(f"the machine was busy (1-min load {load_before:.2f} >= "
+                               f"{args.max_load}); these numbers are not a measurement")
+    print(f"# logs in {work}", flush=True)
+    try:
+        if "startup" in only:
+            ranks = [int(x) for x in args.startup_ranks.split(",")]
+            result["startup"] = bench_startup(sides, ranks, reps["startup"], launcher_only=True)
+            result["process_floor"] = bench_process_floor(sides, reps["startup"])
+        if "allreduce" in only:
+            result["allreduce"] = bench_allreduce(sides, reps["allreduce"],
+                                                  (4 << 20) if quick else (64 << 20))
+        if "training" in only:
+            ranks = [int(x) for x in args.train_ranks.split(",")]
+            max_steps = 60 if quick else 0
+            result["training_scope"] = (f"{max_steps} steps" if max_steps
+                                        else f"{args.epochs} epoch(s) of 60000 images")
+            result["training"] = bench_training(sides, ranks, reps["training"], args.epochs,
+                                                max_steps, args.seed)
+    except RunFailed as e:
+        sys.exit(f"run_all: {e}")
+    result["machine"]["load_after"] = load1()
+    with open(os.path.join(work, "result.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    text = table(result)
+    with open(os.path.join(work, "table.md"), "w") as f:
+        f.write(text + "\n")
+    print(text)
+    print(f"# result.json and table.md in {work}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# One command for issue 7's side-by-side benchmarks: start-up (launch vs torchrun), all-reduce
+# (our Gloo communicator vs torch.distributed on Gloo) and MNIST training (train_mnist vs PyTorch
+# DDP), ours and the reference interleaved in the same run, medians, one table with ratios.
+#
+#   bash bench/run_all.sh                 full run (about 10-15 minutes on 2 cores)
+#   bash bench/run_all.sh --quick         smoke run (1 repetition, small sizes, 60 training steps)
+#   bash bench/run_all.sh --help          every option (repetitions, ranks, --only, --out, ...)
+#
+# Needs the programs built (launch, train_mnist, startup_worker, allreduce_bench) in --build_dir
+# (default: $DDL_BUILD_DIR, else <repo>/build) and Debian's python3-torch (/usr/bin/python3).
+# Measure on a quiet machine: --max_load 1.0 --max_wait_s 600 waits for one first.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+exec /usr/bin/python3 "$here/run_all.py" "$@"
