@@ -109,15 +109,20 @@ FailureRecord FailureRecord::parse(const std::string& text) {
 
 // --- ControlChannel -----------------------------------------------------------------------------
 
-ControlChannel::ControlChannel(const ControlOptions& options) : options_(options) {
+TcpStoreOptions ControlChannel::store_options(std::chrono::milliseconds connect_timeout) const {
   TcpStoreOptions store;
-  store.endpoint = options.endpoint;
-  store.job_id = options.job_id;
-  store.secret = options.secret;
-  store.rank = options.node_rank;
-  store.world_size = options.nnodes;
-  store.connect_timeout = options.rendezvous_timeout;
-  store.io_timeout = options.heartbeat_timeout;
+  store.endpoint = options_.endpoint;
+  store.job_id = options_.job_id;
+  store.secret = options_.secret;
+  store.rank = options_.node_rank;
+  store.world_size = options_.nnodes;
+  store.connect_timeout = connect_timeout;
+  store.io_timeout = options_.heartbeat_timeout;
+  return store;
+}
+
+ControlChannel::ControlChannel(const ControlOptions& options) : options_(options) {
+  const TcpStoreOptions store = store_options(options.rendezvous_timeout);
   try {
     if (options.node_rank == 0) {
       server_ = std::make_unique<TcpStoreServer>(store);
@@ -219,14 +224,7 @@ ControlChannel::Agreement ControlChannel::rendezvous(const JobDescription& mine,
 }
 
 void ControlChannel::watch(std::shared_ptr<ExternalStop> stop) {
-  TcpStoreOptions store;
-  store.endpoint = options_.endpoint;
-  store.job_id = options_.job_id;
-  store.secret = options_.secret;
-  store.rank = options_.node_rank;
-  store.world_size = options_.nnodes;
-  store.connect_timeout = options_.heartbeat_timeout;
-  store.io_timeout = options_.heartbeat_timeout;
+  const TcpStoreOptions store = store_options(options_.heartbeat_timeout);
   try {
     watch_store_ = std::make_unique<TcpStore>(store);
   } catch (const StoreError& e) {

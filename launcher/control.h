@@ -33,6 +33,7 @@
 namespace ddl {
 class TcpStore;
 class TcpStoreServer;
+struct TcpStoreOptions;
 }  // namespace ddl
 
 namespace ddl::launcher {
@@ -124,6 +125,8 @@ class ControlChannel {
   void abandon();
 
  private:
+  // Options for a store client of this channel: job, secret and node as configured.
+  TcpStoreOptions store_options(std::chrono::milliseconds connect_timeout) const;
   void watch_loop(std::shared_ptr<ExternalStop> stop);
   std::optional<FailureRecord> read_failure(TcpStore& store);
   bool publish_failure(TcpStore& store, const FailureRecord& record);
