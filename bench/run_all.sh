@@ -12,4 +12,10 @@
 # Measure on a quiet machine: --max_load 1.0 --max_wait_s 600 waits for one first.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# The reference (Debian's torch 1.13 and its torchrun), installed by name when missing.
+if ! dpkg-query -W -f='${Status}' python3-torch 2>/dev/null | grep -q 'install ok installed'; then
+  echo "run_all: installing python3-torch (the reference)"
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-torch
+fi
 exec /usr/bin/python3 "$here/run_all.py" "$@"
