@@ -173,8 +173,7 @@ SplitArgs split_argv(int argc, const char* const argv[]) {
 
 cxxopts::Options make_cxxopts() {
   cxxopts::Options o("launch", "Starts and supervises the workers of a data-parallel job.");
-  o.custom_help("[options]");
-  o.positional_help("WORKER [WORKER ARGS...]");
+  o.custom_help("[options] WORKER [WORKER ARGS...]");
   auto text = [] { return cxxopts::value<std::string>(); };
   o.add_options()("selected_gpus",
                   "GPU ids, one worker per id; each worker gets FLAGS_selected_gpus=<id>", text(),
