@@ -64,13 +64,21 @@ json undisturbed_run(int max_steps) {
   return s;
 }
 
+// Starts a 2-rank training job that runs until stopped, with the launcher's debug log (worker
+// pids) and `flags` added to launch's options.
+LaunchRun start_endless_job(const TempDir& dir, const fs::path& logs,
+                            std::vector<std::string> flags) {
+  return LaunchRun(dir, concat(concat({"--nproc_per_node=2", "--log_dir", logs.string(),
+                                       "--log_level=debug"},
+                                      flags),
+                               train_args(100000, "")));
+}
+
 TEST(Faults, SigkillOfOneWorkerEndsTheJobWithin5s) {
   SKIP_WITHOUT_DATA();
   TempDir dir;
   const fs::path logs = dir.path() / "logs";
-  LaunchRun run(dir, concat({"--nproc_per_node=2", "--log_dir", logs.string(), "--log_level=debug",
-                             "--kill_timeout=3"},
-                            train_args(100000, "")));
+  LaunchRun run = start_endless_job(dir, logs, {"--kill_timeout=3"});
   ASSERT_TRUE(training_started(logs, 1, kJobTimeout)) << run.err();
   const auto pids = run.worker_pids();
   ASSERT_EQ(pids.size(), 2u) << run.err();
@@ -88,9 +96,7 @@ TEST(Faults, SigintThenSigtermToTheLauncherEndsEverythingWithinTheGracePeriod) {
   SKIP_WITHOUT_DATA();
   TempDir dir;
   const fs::path logs = dir.path() / "logs";
-  LaunchRun run(dir, concat({"--nproc_per_node=2", "--log_dir", logs.string(), "--log_level=debug",
-                             "--kill_timeout=3"},
-                            train_args(100000, "")));
+  LaunchRun run = start_endless_job(dir, logs, {"--kill_timeout=3"});
   ASSERT_TRUE(training_started(logs, 0, kJobTimeout)) << run.err();
   const auto pids = run.worker_pids();
   ::kill(run.pid(), SIGINT);
@@ -106,8 +112,7 @@ TEST(Faults, SigkillOfTheLauncherTakesEveryWorkerWithin2s) {
   SKIP_WITHOUT_DATA();
   TempDir dir;
   const fs::path logs = dir.path() / "logs";
-  LaunchRun run(dir, concat({"--nproc_per_node=2", "--log_dir", logs.string(), "--log_level=debug"},
-                            train_args(100000, "")));
+  LaunchRun run = start_endless_job(dir, logs, {});
   ASSERT_TRUE(training_started(logs, 0, kJobTimeout)) << run.err();
   const auto pids = run.worker_pids();
   ::kill(run.pid(), SIGKILL);

@@ -13,29 +13,15 @@
 #include <string>
 #include <vector>
 
+#include "tests/mnist/temp_dir.h"
+
 namespace ddl::mnist {
 namespace {
 
 namespace fs = std::filesystem;
 using Bytes = std::vector<std::uint8_t>;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "mnist_data_test.XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  std::string str() const { return path_.string(); }
-
- private:
-  fs::path path_;
-};
+using ddl::mnist_test::TempDir;
 
 void put_be32(Bytes& b, std::uint32_t v) {
   b.push_back(static_cast<std::uint8_t>(v >> 24));

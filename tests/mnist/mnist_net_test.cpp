@@ -13,32 +13,14 @@
 
 #include "examples/mnist/checkpoint.h"
 
+#include "tests/mnist/temp_dir.h"
+
 namespace ddl::mnist {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "mnist_net_test.XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  std::set<std::string> entries() const {
-    std::set<std::string> names;
-    for (const auto& e : fs::directory_iterator(path_)) names.insert(e.path().filename().string());
-    return names;
-  }
-
- private:
-  fs::path path_;
-};
+using ddl::mnist_test::TempDir;
 
 // One training step on random data, so the optimizer has state (momentum buffers, Adam moments).
 void train_step(MnistNet& net, torch::optim::Optimizer& opt, std::uint64_t seed) {

@@ -21,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/mnist/temp_dir.h"
+
 extern char** environ;
 
 namespace {
@@ -34,22 +36,7 @@ constexpr std::chrono::seconds kRunTimeout{240};
 const std::string kBin = DDL_BIN_DIR;
 const std::string kData = std::string(DDL_SOURCE_DIR) + "/data/mnist";
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "mnist_e2e.XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
+using ddl::mnist_test::TempDir;
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path);
