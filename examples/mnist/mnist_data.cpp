@@ -11,6 +11,8 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 namespace ddl::mnist {
@@ -376,6 +378,15 @@ DataError::DataError(DataErrorKind kind, std::string file, const std::string& de
 
 Dataset Dataset::to(const torch::Device& device) const {
   return Dataset{images.to(device), labels.to(device)};
+}
+
+Dataset Dataset::slice(std::int64_t start, std::int64_t count) const {
+  if (start < 0 || count < 0 || start + count > size()) {
+    throw std::out_of_range("mnist: slice [" + std::to_string(start) + ", " +
+                            std::to_string(start + count) + ") of a dataset of " +
+                            std::to_string(size()) + " samples");
+  }
+  return Dataset{images.narrow(0, start, count), labels.narrow(0, start, count)};
 }
 
 std::vector<std::uint8_t> read_maybe_gzip(const std::string& path) {

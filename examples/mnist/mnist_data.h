@@ -57,6 +57,8 @@ struct Dataset {
   std::int64_t size() const { return labels.defined() ? labels.size(0) : 0; }
   // Moves both tensors to `device` (once; the trainer keeps the whole set on the GPU).
   Dataset to(const torch::Device& device) const;
+  // Samples [start, start + count) as views (no copy); throws std::out_of_range past the end.
+  Dataset slice(std::int64_t start, std::int64_t count) const;
 };
 
 struct MnistData {

@@ -26,11 +26,25 @@ MnistNetImpl::MnistNetImpl() {
   conv1_ = register_module("conv1", nn::Conv2d(nn::Conv2dOptions(1, 20, 5).stride(1).padding(2)));
   conv2_ = register_module("conv2", nn::Conv2d(nn::Conv2dOptions(20, 20, 5).stride(1).padding(2)));
   fc_ = register_module("fc", nn::Linear(980, 10));
+  use_channels_last();
+}
+
+void MnistNetImpl::use_channels_last() {
+  torch::NoGradGuard no_grad;
+  for (torch::Tensor* w : {&conv1_->weight, &conv2_->weight}) {
+    // Not contiguous(ChannelsLast): conv1's weight has one input channel, so its NCHW strides
+    // already count as channels-last and contiguous() would keep them, and LibTorch would then
+    // pick NCHW kernels for conv1. A fresh channels-last tensor gets the NHWC strides.
+    torch::Tensor nhwc = torch::empty(w->sizes(), w->options(), torch::MemoryFormat::ChannelsLast);
+    nhwc.copy_(*w);
+    w->set_data(nhwc);
+  }
 }
 
 torch::Tensor MnistNetImpl::forward(const torch::Tensor& x) {
-  auto y = torch::max_pool2d(torch::relu(conv1_->forward(x)), /*kernel_size=*/2, /*stride=*/2);
-  y = torch::max_pool2d(torch::relu(conv2_->forward(y)), 2, 2);
+  auto y = torch::relu(torch::max_pool2d(conv1_->forward(x), /*kernel_size=*/2, /*stride=*/2));
+  y = torch::relu(torch::max_pool2d(conv2_->forward(y), 2, 2));
+  // reshape() reads the channels-last activations in NCHW order, as fc's weights expect.
   return fc_->forward(y.reshape({y.size(0), 980}));
 }
 

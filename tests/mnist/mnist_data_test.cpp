@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -146,6 +147,21 @@ TEST(MnistIdx, RawFilesLoadIntoOneContiguousTensorWithSeedNormalisation) {
   }
   EXPECT_GE(d.images.min().item<float>(), -1.0f);
   EXPECT_LE(d.images.max().item<float>(), 1.0f);
+}
+
+TEST(MnistIdx, SliceIsAViewOfConsecutiveSamplesAndChecksItsBounds) {
+  TempDir dir;
+  write_raw(dir.file("img"), idx_images(5));
+  write_raw(dir.file("lbl"), idx_labels(5));
+  const Dataset d = load_idx(dir.file("img"), dir.file("lbl"));
+  const Dataset s = d.slice(1, 3);
+  ASSERT_EQ(s.size(), 3);
+  EXPECT_TRUE(torch::equal(s.images, d.images.narrow(0, 1, 3)));
+  EXPECT_TRUE(torch::equal(s.labels, d.labels.narrow(0, 1, 3)));
+  EXPECT_EQ(s.images.data_ptr(), d.images[1].data_ptr());  // a view, not a copy
+  EXPECT_EQ(d.slice(5, 0).size(), 0);
+  EXPECT_THROW(d.slice(4, 2), std::out_of_range);
+  EXPECT_THROW(d.slice(-1, 1), std::out_of_range);
 }
 
 TEST(MnistIdx, ExtremePixelsMapToMinusOneAndOne) {

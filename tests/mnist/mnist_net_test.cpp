@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <string>
 
@@ -52,6 +53,53 @@ TEST(MnistNet, OutputShapeAndParameterCount) {
   EXPECT_EQ(params["conv1.weight"].sizes(), (std::vector<std::int64_t>{20, 1, 5, 5}));
   EXPECT_EQ(params["conv2.weight"].sizes(), (std::vector<std::int64_t>{20, 20, 5, 5}));
   EXPECT_EQ(params["fc.weight"].sizes(), (std::vector<std::int64_t>{10, 980}));
+}
+
+// The seed's net written the plain way: NCHW weights, relu before each pool.
+torch::Tensor reference_forward(MnistNet& net, const torch::Tensor& x) {
+  auto p = net->named_parameters();
+  auto conv = [&](const torch::Tensor& in, const std::string& name) {
+    return torch::conv2d(in, p[name + ".weight"].contiguous(), p[name + ".bias"], 1, 2);
+  };
+  auto y = torch::max_pool2d(torch::relu(conv(x, "conv1")), 2, 2);
+  y = torch::max_pool2d(torch::relu(conv(y, "conv2")), 2, 2);
+  return torch::linear(y.reshape({y.size(0), 980}), p["fc.weight"], p["fc.bias"]);
+}
+
+TEST(MnistNet, ChannelsLastLayoutComputesTheSeedsNet) {
+  torch::manual_seed(3);
+  MnistNet net;
+  for (const char* name : {"conv1.weight", "conv2.weight"}) {
+    const torch::Tensor w = net->named_parameters()[name];
+    // NHWC strides, also for conv1 whose single input channel makes both layouts "contiguous".
+    EXPECT_EQ(w.stride(1), 1) << name;
+    EXPECT_EQ(w.stride(0), w.size(1) * w.size(2) * w.size(3)) << name;
+  }
+  const auto x = torch::randn({6, 1, 28, 28});
+  const auto labels = torch::randint(0, 10, {6}, torch::kInt64);
+  const auto ours = net->forward(x);
+  const auto plain = reference_forward(net, x);
+  EXPECT_TRUE(torch::allclose(ours, plain, 1e-5, 1e-5)) << (ours - plain).abs().max();
+
+  // Same gradients too (pool before relu sends them to the same elements).
+  cross_entropy(ours, labels).backward();
+  std::map<std::string, torch::Tensor> grads;
+  for (const auto& item : net->named_parameters()) {
+    grads[item.key()] = item.value().grad().clone();
+    item.value().mutable_grad() = torch::Tensor();
+  }
+  cross_entropy(reference_forward(net, x), labels).backward();
+  for (const auto& item : net->named_parameters()) {
+    EXPECT_TRUE(torch::allclose(grads[item.key()], item.value().grad(), 1e-5, 1e-6)) << item.key();
+  }
+
+  // A checkpoint or to() may bring NCHW weights back; use_channels_last() restores the layout.
+  auto w = net->named_parameters()["conv2.weight"];
+  w.set_data(w.contiguous());
+  ASSERT_NE(w.stride(1), 1);
+  net->use_channels_last();
+  EXPECT_EQ(w.stride(1), 1);
+  EXPECT_TRUE(torch::allclose(net->forward(x), plain, 1e-5, 1e-5));
 }
 
 TEST(MnistNet, CrossEntropyMatchesTheDefinitionAndIsStable) {
