@@ -1,34 +1,44 @@
 // startup_worker: the smallest complete data-parallel job, for the start-up benchmark. Each rank
-// reads the env contract, rendezvouses (prepare_context: store + Gloo mesh), all-reduces one small
-// tensor, checks the sum and exits. `launch --nproc_per_node=N startup_worker` is timed against
-// `torchrun --nproc_per_node=N bench/startup_ref.py`, the same steps in PyTorch.
+// reads the env contract, joins the job (rendezvous: the TCP store, every rank present), connects
+// the Gloo mesh, all-reduces four floats, checks the sum and exits. It links our runtime without
+// LibTorch (worker/rendezvous.h, worker/gloo_mesh.h), which is what a native worker gets to do;
+// `launch --nproc_per_node=N startup_worker` is timed against
+// `torchrun --nproc_per_node=N bench/startup_ref.py`, the same steps in PyTorch, and
+// bench/startup_worker_torch.cpp repeats them through LibTorch's tensors.
 //
 // Exit codes: 0 done, 1 wrong sum, 5 environment / rendezvous / collective failure.
-#include <torch/torch.h>
-
+#include <array>
 #include <exception>
 #include <iostream>
 #include <string>
 
 #include "env/contract.h"
-#include "worker/communicator.h"
-#include "worker/parallel.h"
-#include "worker/store.h"
+#include "worker/gloo_mesh.h"
+#include "worker/rendezvous.h"
 
 namespace ddl {
 namespace {
 
 int run() {
   const ParallelEnv env = ParallelEnv::from_process();
-  auto ctx = prepare_context(env);
-  torch::Tensor ones = torch::ones({4}, torch::kFloat);
-  ctx->comm->all_reduce(ones, ReduceOp::kSum);
-  const float seen = ones[0].item<float>();
-  if (seen != static_cast<float>(env.world_size)) {
-    std::cerr << "startup_worker: rank " << env.rank << " of " << env.world_size
-              << ": all_reduce of ones gave " << seen << ", expected " << env.world_size
-              << std::endl;
-    return 1;
+  Rendezvous joined = rendezvous(env);
+  GlooOptions options;
+  options.rank = env.rank;
+  options.world_size = env.world_size;
+  options.host = joined.host;
+  auto mesh = GlooMesh::connect(*joined.store, options);
+  // As prepare_context does: nobody leaves (rank 0 taking the store along) before all meshes
+  // are connected.
+  mesh->barrier();
+  std::array<float, 4> ones{1.0f, 1.0f, 1.0f, 1.0f};
+  mesh->all_reduce_sum(ones.data(), ones.size(), DType::kFloat32);
+  for (float seen : ones) {
+    if (seen != static_cast<float>(env.world_size)) {
+      std::cerr << "startup_worker: rank " << env.rank << " of " << env.world_size
+                << ": all_reduce of ones gave " << seen << ", expected " << env.world_size
+                << std::endl;
+      return 1;
+    }
   }
   return 0;
 }

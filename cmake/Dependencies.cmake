@@ -12,9 +12,13 @@ add_library(ddl_boost INTERFACE)
 target_link_libraries(ddl_boost INTERFACE Boost::headers Threads::Threads)
 target_compile_definitions(ddl_boost INTERFACE BOOST_ASIO_NO_DEPRECATED)
 
+# Gloo: CPU collectives (worker/gloo_mesh.cpp), with or without LibTorch.
+if(NOT DDL_FUZZ)
+  find_package(Gloo REQUIRED)
+endif()
+
 if(WITH_TORCH)
   find_package(Torch REQUIRED)
-  find_package(Gloo REQUIRED)
   # Torch's imported flags are not SYSTEM; wrap them so our -Wall -Wextra only judges our code.
   add_library(ddl_torch INTERFACE)
   target_link_libraries(ddl_torch INTERFACE ${TORCH_LIBRARIES})

@@ -5,18 +5,12 @@
 
 #include <torch/torch.h>
 
-#include <stdexcept>
 #include <string>
 #include <vector>
 
-namespace ddl {
+#include "worker/comm_error.h"
 
-// A failed collective. The message names the backend, the operation and the rank, e.g.
-// "gloo all_reduce on rank 1 of 2: peer 0 closed the connection".
-class CommError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+namespace ddl {
 
 enum class ReduceOp { kSum, kAverage };
 

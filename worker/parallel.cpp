@@ -14,30 +14,9 @@
 #include <utility>
 
 #include "worker/gloo_communicator.h"
-#include "worker/memory_store.h"
 #include "worker/nccl_communicator.h"
-#include "worker/tcp_store.h"
 
 namespace ddl {
-
-// --- ParallelEnv ---------------------------------------------------------------------------------
-
-ParallelEnv ParallelEnv::from_process() { return from_env(env::current_environment()); }
-
-ParallelEnv ParallelEnv::from_env(const env::EnvMap& vars) {
-  ParallelEnv e;
-  e.contract = env::from_env(vars);
-  if (e.contract) {
-    e.rank = e.contract->rank;
-    e.world_size = e.contract->world_size;
-    e.local_rank = e.contract->local_rank;
-    e.gpu = e.contract->gpu;
-  } else if (auto g = env::lookup(vars, env::kSelectedGpus)) {
-    // Started by hand on one GPU: a world of one on the device the user chose.
-    e.gpu = env::parse_non_negative_int(*g, env::kSelectedGpus);
-  }
-  return e;
-}
 
 // --- prepare_context -----------------------------------------------------------------------------
 
@@ -58,34 +37,9 @@ std::unique_ptr<ParallelContext> prepare_context(const ParallelEnv& env,
                                                  const ContextOptions& options) {
   auto ctx = std::make_unique<ParallelContext>();
   ctx->env = env;
-
-  std::string comm_host = "127.0.0.1";
-  if (env.contract) {
-    const env::WorkerContract& c = *env.contract;
-    c.validate();
-    const auto rendezvous_timeout = options.rendezvous_timeout.value_or(c.rendezvous_timeout);
-    TcpStoreOptions store_options;
-    store_options.endpoint = c.endpoints.at(0);
-    // The generation is part of the job id, so a worker left over from before a restart is
-    // refused by the new store instead of being mixed into the new job.
-    store_options.job_id = c.job_id + ".gen" + std::to_string(c.restart_count);
-    store_options.secret = c.secret;
-    store_options.rank = c.rank;
-    store_options.world_size = c.world_size;
-    store_options.connect_timeout = rendezvous_timeout;
-    if (c.rank == 0) ctx->store_server = std::make_shared<TcpStoreServer>(store_options);
-    ctx->store = std::make_unique<TcpStore>(store_options);
-    barrier(*ctx->store, "join", c.rank, c.world_size, rendezvous_timeout);
-    comm_host = c.current.host;
-  } else {
-    if (env.world_size != 1 || env.rank != 0) {
-      throw env::EnvError("rank " + std::to_string(env.rank) + " of world size " +
-                          std::to_string(env.world_size) +
-                          " needs the worker contract (PADDLE_TRAINER_ENDPOINTS, ...) to find "
-                          "its peers; without it only a world of one can run");
-    }
-    ctx->store = std::make_unique<MemoryStore>();
-  }
+  Rendezvous joined = rendezvous(env, options.rendezvous_timeout);
+  ctx->store_server = std::move(joined.store_server);
+  ctx->store = std::move(joined.store);
 
   Backend backend = options.backend;
   if (backend == Backend::kAuto) {
@@ -117,7 +71,7 @@ std::unique_ptr<ParallelContext> prepare_context(const ParallelEnv& env,
     GlooOptions gloo;
     gloo.rank = env.rank;
     gloo.world_size = env.world_size;
-    gloo.host = comm_host;
+    gloo.host = joined.host;
     gloo.timeout = options.collective_timeout;
     ctx->comm = make_gloo_communicator(*ctx->store, gloo);
     ctx->device = torch::kCPU;

@@ -19,23 +19,10 @@
 
 #include "env/contract.h"
 #include "worker/communicator.h"
+#include "worker/rendezvous.h"
 #include "worker/store.h"
 
 namespace ddl {
-
-// This process's place in the job, read from the env contract (env/contract.h).
-struct ParallelEnv {
-  int rank = 0;
-  int world_size = 1;
-  int local_rank = 0;
-  std::optional<int> gpu;  // FLAGS_selected_gpus
-  std::optional<env::WorkerContract> contract;  // nullopt: started without `launch`
-
-  // Reads the calling process's environment. No contract: a world of one. A partial or
-  // inconsistent contract: throws env::EnvError naming the variable and its value.
-  static ParallelEnv from_process();
-  static ParallelEnv from_env(const env::EnvMap& vars);
-};
 
 // What prepare_context builds: the store connection (and, on rank 0, the store server) and the
 // communicator. Move-only; members are destroyed communicator first, then store, then server.
@@ -62,9 +49,10 @@ struct ContextOptions {
   std::chrono::milliseconds collective_timeout{120'000};
 };
 
-// Reads nothing itself: builds the store (rank 0 hosts it on endpoints[0]), waits until every rank
-// has joined (error names the ranks that did not), and builds the communicator. A world of one
-// without a contract gets an in-process store. Throws env::EnvError, StoreError or CommError.
+// Reads nothing itself: joins the job (rendezvous() in worker/rendezvous.h: rank 0 hosts the store
+// on endpoints[0], every rank waits for all others, the error names the ranks that did not come)
+// and builds the communicator. A world of one without a contract gets an in-process store.
+// Throws env::EnvError, StoreError or CommError.
 std::unique_ptr<ParallelContext> prepare_context(const ParallelEnv& env,
                                                  const ContextOptions& options = {});
 

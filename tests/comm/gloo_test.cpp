@@ -92,6 +92,31 @@ void collective_suite(RankContext& ctx) {
       require_equal(a, want, what + " average");
     }
   }
+  // Random floats, large enough for the two-rank pipelined halves (several pieces, odd length):
+  // every rank ends with the same bits, and with two ranks exactly the sum a + b.
+  {
+    const std::int64_t n = (3 << 20) + 5;
+    auto random_of = [&](int rank) {
+      return torch::randn({n}, torch::TensorOptions().dtype(torch::kFloat)) * (rank + 1);
+    };
+    torch::manual_seed(100 + ctx.rank);
+    torch::Tensor t = random_of(ctx.rank);
+    comm->all_reduce(t, ReduceOp::kSum);
+    torch::Tensor want = torch::zeros({n});
+    for (int r = 0; r < world; ++r) {
+      torch::manual_seed(100 + r);
+      want += random_of(r);
+    }
+    if (world == 2) {
+      require_equal(t, want, "all_reduce random float sum of two ranks");
+    } else {
+      require(torch::allclose(t, want, 1e-5, 1e-5), "all_reduce random float sum");
+    }
+    for (const auto& other : comm->all_gather(t)) {
+      require(torch::equal(other, t), "ranks disagree on the bits of a float all_reduce");
+    }
+  }
+
   // A multi-dimensional tensor keeps its shape.
   torch::Tensor m = torch::full({3, 4, 5}, ctx.rank + 1.0, torch::kFloat);
   comm->all_reduce(m, ReduceOp::kSum);
@@ -172,13 +197,13 @@ TEST_F(GlooTest, RefusesBadOptions) {
 
 // A rank that exits before a collective: the survivors throw CommError naming the operation and
 // their rank, well within the timeout (the closed connection is seen at once).
-void dead_peer_case(int world) {
+void dead_peer_case(int world, std::int64_t numel = 1000) {
   constexpr auto kTimeout = 3s;
   auto results = run_ranks(
       world,
       [&](RankContext& ctx) {
         auto comm = connect(ctx, kTimeout);
-        torch::Tensor t = torch::ones({1000});
+        torch::Tensor t = torch::ones({numel});
         comm->all_reduce(t, ReduceOp::kSum);    // everyone is up
         if (ctx.rank == world - 1) ::_exit(0);  // dies without a word
         const auto start = std::chrono::steady_clock::now();
@@ -207,6 +232,8 @@ void dead_peer_case(int world) {
 
 TEST_F(GlooTest, DeadPeerTwoRanksFailsFast) { dead_peer_case(2); }
 TEST_F(GlooTest, DeadPeerThreeRanksFailsFast) { dead_peer_case(3); }
+// 16 MiB: the two-rank pipelined halves instead of the single exchange.
+TEST_F(GlooTest, DeadPeerTwoRanksLargeTensorFailsFast) { dead_peer_case(2, 1 << 22); }
 
 // A rank that is alive but never joins the collective: the other rank gives up at the timeout.
 TEST_F(GlooTest, StuckPeerTimesOut) {
