@@ -159,7 +159,10 @@ def bench_startup(sides, ranks_list, reps, launcher_only):
     """The full job (rendezvous + one all-reduce), and with `launcher_only` also the launchers
     alone running /bin/true workers (torchrun --no_python): what each launcher itself costs."""
     rows = []
-    kinds = [("job", "startup_worker", "startup_ref.py")]
+    # "job": our worker as a native program links it (rendezvous + Gloo mesh, no LibTorch);
+    # "job, LibTorch": the same steps through LibTorch's tensors and prepare_context.
+    kinds = [("job", "startup_worker", "startup_ref.py"),
+             ("job, LibTorch", "startup_worker_torch", "startup_ref.py")]
     if launcher_only:
         kinds.append(("launcher only", "/bin/true", None))
     for kind, ours_prog, ref_script in kinds:
@@ -195,7 +198,7 @@ def bench_process_floor(sides, reps):
     for rep in range(reps):
         with open(os.devnull, "w") as null:
             start = time.perf_counter()
-            subprocess.run([os.path.join(sides.bin, "startup_worker")], env=env, stdout=null,
+            subprocess.run([os.path.join(sides.bin, "startup_worker_torch")], env=env, stdout=null,
                            stderr=null, check=True)
             ours.append(time.perf_counter() - start)
             start = time.perf_counter()
@@ -309,13 +312,14 @@ def table(result):
         out.append("| what | ranks | ours (launch) | torchrun | speed-up | paired speed-up |")
         out.append("|---|---:|---:|---:|---:|---:|")
         for r in result["startup"]:
-            what = ("startup_worker vs startup_ref.py" if r["kind"] == "job"
-                    else "launcher only: /bin/true workers")
+            what = {"job": "startup_worker (no LibTorch) vs startup_ref.py",
+                    "job, LibTorch": "startup_worker_torch (LibTorch) vs startup_ref.py",
+                    }.get(r["kind"], "launcher only: /bin/true workers")
             out.append(f"| {what} | {r['ranks']} | {r['ours_s']:.3f} s | {r['ref_s']:.3f} s | "
                        f"{r['ref_s'] / r['ours_s']:.1f}x | {r['paired_ratio']:.1f}x |")
         if "process_floor" in result:
             f = result["process_floor"]
-            out.append(f"| one process loading its libraries: startup_worker alone vs python3 -c 'import torch' "
+            out.append(f"| one process loading its libraries: startup_worker_torch alone vs python3 -c 'import torch' "
                        f"| 1 | {f['ours_s']:.3f} s | {f['ref_s']:.3f} s | {f['ref_s'] / f['ours_s']:.1f}x | |")
     if "allreduce" in result:
         out.append("")
@@ -389,7 +393,8 @@ def main():
     p.add_argument("--out", help="folder for the logs and result.json (default: a fresh temp folder)")
     args = p.parse_args()
 
-    missing = [b for b in ("launch", "startup_worker", "allreduce_bench", "train_mnist")
+    missing = [b for b in ("launch", "startup_worker", "startup_worker_torch", "allreduce_bench",
+                           "train_mnist")
                if not os.access(os.path.join(args.build_dir, "bin", b), os.X_OK)]
     if missing:
         sys.exit(f"run_all: {', '.join(missing)} not built in {args.build_dir}/bin "

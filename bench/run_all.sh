@@ -7,7 +7,7 @@
 #   bash bench/run_all.sh --quick         smoke run (1 repetition, small sizes, 60 training steps)
 #   bash bench/run_all.sh --help          every option (repetitions, ranks, --only, --out, ...)
 #
-# Needs the programs built (launch, train_mnist, startup_worker, allreduce_bench) in --build_dir
+# Needs the programs built (launch, train_mnist, startup_worker, startup_worker_torch, allreduce_bench) in --build_dir
 # (default: $DDL_BUILD_DIR, else <repo>/build) and Debian's python3-torch (/usr/bin/python3).
 # Measure on a quiet machine: --max_load 1.0 --max_wait_s 600 waits for one first.
 set -euo pipefail
