@@ -40,6 +40,8 @@ Rendezvous rendezvous(const ParallelEnv& env, std::optional<std::chrono::millise
   const auto deadline = timeout.value_or(c.rendezvous_timeout);
   TcpStoreOptions options;
   options.endpoint = c.endpoints.at(0);
+  // The generation is part of the job id, so a worker left over from before a restart is refused
+  // by the new store instead of being mixed into the new job.
   options.job_id = c.job_id + ".gen" + std::to_string(c.restart_count);
   options.secret = c.secret;
   options.rank = c.rank;
