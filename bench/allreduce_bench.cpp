@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_main.h"
 #include "env/contract.h"
 #include "worker/communicator.h"
 #include "worker/parallel.h"
@@ -144,19 +145,12 @@ int run(const Options& opt) {
 }  // namespace ddl
 
 int main(int argc, char** argv) {
-  try {
-    return ddl::run(ddl::parse_options(argc, argv));
-  } catch (const ddl::UsageError& e) {
-    std::cerr << "allreduce_bench: " << e.what() << std::endl;
-    return 2;
-  } catch (const ddl::env::EnvError& e) {
-    std::cerr << "allreduce_bench: environment: " << e.what() << std::endl;
-  } catch (const ddl::StoreError& e) {
-    std::cerr << "allreduce_bench: rendezvous store: " << e.what() << std::endl;
-  } catch (const ddl::CommError& e) {
-    std::cerr << "allreduce_bench: collective: " << e.what() << std::endl;
-  } catch (const std::exception& e) {
-    std::cerr << "allreduce_bench: " << e.what() << std::endl;
-  }
-  return 5;
+  return ddl::bench::run_reporting("allreduce_bench", [&] {
+    try {
+      return ddl::run(ddl::parse_options(argc, argv));
+    } catch (const ddl::UsageError& e) {
+      std::cerr << "allreduce_bench: " << e.what() << std::endl;
+      return 2;
+    }
+  });
 }

@@ -8,11 +8,8 @@
 //
 // Exit codes: 0 done, 1 wrong sum, 5 environment / rendezvous / collective failure.
 #include <array>
-#include <exception>
-#include <iostream>
-#include <string>
 
-#include "env/contract.h"
+#include "bench/bench_main.h"
 #include "worker/gloo_mesh.h"
 #include "worker/rendezvous.h"
 
@@ -33,12 +30,7 @@ int run() {
   std::array<float, 4> ones{1.0f, 1.0f, 1.0f, 1.0f};
   mesh->all_reduce_sum(ones.data(), ones.size(), DType::kFloat32);
   for (float seen : ones) {
-    if (seen != static_cast<float>(env.world_size)) {
-      std::cerr << "startup_worker: rank " << env.rank << " of " << env.world_size
-                << ": all_reduce of ones gave " << seen << ", expected " << env.world_size
-                << std::endl;
-      return 1;
-    }
+    if (int bad = bench::check_sum_of_ones("startup_worker", env, seen)) return bad;
   }
   return 0;
 }
@@ -46,17 +38,4 @@ int run() {
 }  // namespace
 }  // namespace ddl
 
-int main() {
-  try {
-    return ddl::run();
-  } catch (const ddl::env::EnvError& e) {
-    std::cerr << "startup_worker: environment: " << e.what() << std::endl;
-  } catch (const ddl::StoreError& e) {
-    std::cerr << "startup_worker: rendezvous store: " << e.what() << std::endl;
-  } catch (const ddl::CommError& e) {
-    std::cerr << "startup_worker: collective: " << e.what() << std::endl;
-  } catch (const std::exception& e) {
-    std::cerr << "startup_worker: " << e.what() << std::endl;
-  }
-  return 5;
-}
+int main() { return ddl::bench::run_reporting("startup_worker", ddl::run); }

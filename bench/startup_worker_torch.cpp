@@ -5,14 +5,9 @@
 // Exit codes: 0 done, 1 wrong sum, 5 environment / rendezvous / collective failure.
 #include <torch/torch.h>
 
-#include <exception>
-#include <iostream>
-#include <string>
-
-#include "env/contract.h"
+#include "bench/bench_main.h"
 #include "worker/communicator.h"
 #include "worker/parallel.h"
-#include "worker/store.h"
 
 namespace ddl {
 namespace {
@@ -22,30 +17,10 @@ int run() {
   auto ctx = prepare_context(env);
   torch::Tensor ones = torch::ones({4}, torch::kFloat);
   ctx->comm->all_reduce(ones, ReduceOp::kSum);
-  const float seen = ones[0].item<float>();
-  if (seen != static_cast<float>(env.world_size)) {
-    std::cerr << "startup_worker_torch: rank " << env.rank << " of " << env.world_size
-              << ": all_reduce of ones gave " << seen << ", expected " << env.world_size
-              << std::endl;
-    return 1;
-  }
-  return 0;
+  return bench::check_sum_of_ones("startup_worker_torch", env, ones[0].item<float>());
 }
 
 }  // namespace
 }  // namespace ddl
 
-int main() {
-  try {
-    return ddl::run();
-  } catch (const ddl::env::EnvError& e) {
-    std::cerr << "startup_worker_torch: environment: " << e.what() << std::endl;
-  } catch (const ddl::StoreError& e) {
-    std::cerr << "startup_worker_torch: rendezvous store: " << e.what() << std::endl;
-  } catch (const ddl::CommError& e) {
-    std::cerr << "startup_worker_torch: collective: " << e.what() << std::endl;
-  } catch (const std::exception& e) {
-    std::cerr << "startup_worker_torch: " << e.what() << std::endl;
-  }
-  return 5;
-}
+int main() { return ddl::bench::run_reporting("startup_worker_torch", ddl::run); }
