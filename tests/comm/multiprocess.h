@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "launcher/ports.h"
 #include "worker/tcp_store.h"
 
 namespace ddl::testing {
@@ -46,23 +47,8 @@ inline std::string describe(const RankResult& r) {
   return "exit code " + std::to_string(r.exit_code);
 }
 
-// A port the kernel reports free on 127.0.0.1 right now.
-inline std::uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) throw std::runtime_error("free_port: socket() failed");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    ::close(fd);
-    throw std::runtime_error("free_port: bind/getsockname failed");
-  }
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
+// A port the kernel reports free on 127.0.0.1 right now (the launcher's picker).
+inline std::uint16_t free_port() { return launcher::pick_free_ports("127.0.0.1", 1).front(); }
 
 namespace detail {
 

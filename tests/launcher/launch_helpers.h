@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "env/contract.h"
+#include "launcher/ports.h"
 
 namespace ddl::launch_test {
 
@@ -60,17 +61,10 @@ inline int count(const std::string& text, const std::string& part) {
 // that a few ports after it exist too (--started_port P uses P, P+1, ...).
 inline int free_loopback_port() {
   for (int attempt = 0; attempt < 50; ++attempt) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof addr;
-    const bool bound = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-                       ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
-    ::close(fd);
-    if (bound && ntohs(addr.sin_port) < 65000) return ntohs(addr.sin_port);
+    const std::uint16_t port = ddl::launcher::pick_free_ports("127.0.0.1", 1).front();
+    if (port < 65000) return port;
   }
-  ADD_FAILURE() << "no free port on 127.0.0.1";
+  ADD_FAILURE() << "no free port below 65000 on 127.0.0.1";
   return 0;
 }
 

@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "launcher/ports.h"
 #include "worker/tcp_store.h"
 
 namespace ddl::testing {
@@ -27,23 +28,8 @@ inline TcpStoreOptions loopback_options(std::uint16_t port, int rank = 0, int wo
   return o;
 }
 
-// A port nobody listens on right now: bound to 127.0.0.1:0 and released.
-inline std::uint16_t unused_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) throw std::runtime_error("socket() failed");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    ::close(fd);
-    throw std::runtime_error("bind/getsockname on 127.0.0.1:0 failed");
-  }
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
+// A port nobody listens on right now (the launcher's picker: bound to 127.0.0.1:0, released).
+inline std::uint16_t unused_port() { return launcher::pick_free_ports("127.0.0.1", 1).front(); }
 
 inline double elapsed_ms(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since)
