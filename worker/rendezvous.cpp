@@ -40,9 +40,9 @@ Rendezvous rendezvous(const ParallelEnv& env, std::optional<std::chrono::millise
   const auto deadline = timeout.value_or(c.rendezvous_timeout);
   TcpStoreOptions options;
   options.endpoint = c.endpoints.at(0);
-  // The generation is part of the job id, so a worker left over from before a restart is refused
-  // by the new store instead of being mixed into the new job.
-  options.job_id = c.job_id + ".gen" + std::to_string(c.restart_count);
+  // The launcher hands every generation its own job id ("<id>-g<restart>", generation_job_id in
+  // launcher/plan.h), so a worker left over from before a restart is refused by the new store.
+  options.job_id = c.job_id;
   options.secret = c.secret;
   options.rank = c.rank;
   options.world_size = c.world_size;

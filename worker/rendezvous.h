@@ -37,8 +37,8 @@ struct Rendezvous {
   std::string host = "127.0.0.1";
 };
 
-// Rank 0 hosts the store on endpoints[0] and every rank connects to it (the generation is part of
-// the job id, so a worker left over from before a restart is refused); returns once every rank
+// Rank 0 hosts the store on endpoints[0] and every rank connects to it (the launcher gives each
+// generation its own job id, so a worker left over from before a restart is refused); returns once every rank
 // has joined, or throws StoreError naming the ranks that did not within `timeout` (default: the
 // contract's DDL_RENDEZVOUS_TIMEOUT_MS). A world of one without a contract gets an in-process
 // store; any other world without one throws env::EnvError.
