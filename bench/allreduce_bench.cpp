@@ -25,9 +25,9 @@
 
 #include "bench/bench_main.h"
 #include "env/contract.h"
-#include "worker/communicator.h"
-#include "worker/parallel.h"
-#include "worker/store.h"
+#include "worker/comm/communicator.h"
+#include "worker/runtime/parallel.h"
+#include "store/store.h"
 
 namespace ddl {
 namespace {

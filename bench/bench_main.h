@@ -6,9 +6,9 @@
 #include <iostream>
 
 #include "env/contract.h"
-#include "worker/comm_error.h"
-#include "worker/rendezvous.h"
-#include "worker/store.h"
+#include "worker/comm/comm_error.h"
+#include "worker/runtime/rendezvous.h"
+#include "store/store.h"
 
 namespace ddl::bench {
 

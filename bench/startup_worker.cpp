@@ -1,7 +1,7 @@
 // startup_worker: the smallest complete data-parallel job, for the start-up benchmark. Each rank
 // reads the env contract, joins the job (rendezvous: the TCP store, every rank present), connects
 // the Gloo mesh, all-reduces four floats, checks the sum and exits. It links our runtime without
-// LibTorch (worker/rendezvous.h, worker/gloo_mesh.h), which is what a native worker gets to do;
+// LibTorch (worker/runtime/rendezvous.h, worker/comm/gloo_mesh.h), which is what a native worker gets to do;
 // `launch --nproc_per_node=N startup_worker` is timed against
 // `torchrun --nproc_per_node=N bench/startup_ref.py`, the same steps in PyTorch, and
 // bench/startup_worker_torch.cpp repeats them through LibTorch's tensors.
@@ -10,8 +10,8 @@
 #include <array>
 
 #include "bench/bench_main.h"
-#include "worker/gloo_mesh.h"
-#include "worker/rendezvous.h"
+#include "worker/comm/gloo_mesh.h"
+#include "worker/runtime/rendezvous.h"
 
 namespace ddl {
 namespace {

@@ -6,8 +6,8 @@
 #include <torch/torch.h>
 
 #include "bench/bench_main.h"
-#include "worker/communicator.h"
-#include "worker/parallel.h"
+#include "worker/comm/communicator.h"
+#include "worker/runtime/parallel.h"
 
 namespace ddl {
 namespace {

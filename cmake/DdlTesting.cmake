@@ -7,8 +7,6 @@ function(ddl_add_test)
   add_executable(${T_NAME} ${T_SOURCES})
   target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main)
   target_compile_options(${T_NAME} PRIVATE ${DDL_WARNINGS})
-  # Tests include shared helpers as "tests/<module>/<helper>.h".
-  target_include_directories(${T_NAME} PRIVATE ${PROJECT_SOURCE_DIR})
   target_compile_definitions(${T_NAME} PRIVATE DDL_BIN_DIR="${CMAKE_BINARY_DIR}/bin"
                                                DDL_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
   add_test(NAME ${T_NAME} COMMAND ${T_NAME})

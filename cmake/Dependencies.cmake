@@ -12,7 +12,7 @@ add_library(ddl_boost INTERFACE)
 target_link_libraries(ddl_boost INTERFACE Boost::headers Threads::Threads)
 target_compile_definitions(ddl_boost INTERFACE BOOST_ASIO_NO_DEPRECATED)
 
-# Gloo: CPU collectives (worker/gloo_mesh.cpp), with or without LibTorch.
+# Gloo: CPU collectives (worker/comm/gloo_mesh.cpp), with or without LibTorch.
 if(NOT DDL_FUZZ)
   find_package(Gloo REQUIRED)
 endif()

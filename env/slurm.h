@@ -3,7 +3,7 @@
 // Inside `srun launch ...` with one task per node, each task's SLURM_JOB_NODELIST names every node
 // of the allocation in Slurm's hostlist syntax, SLURM_NNODES counts them and SLURM_NODEID is this
 // node's index; `launch` turns that into its node list and node rank when no node flags are given
-// (launcher/topology.h). Like env/contract.h, this is the one place that knows these names; values
+// (launcher/cluster/topology.h). Like env/contract.h, this is the one place that knows these names; values
 // are read from an EnvMap snapshot, never with getenv.
 #pragma once
 

@@ -1,5 +1,5 @@
 // `launch [options] WORKER [WORKER ARGS...]`: starts this node's workers of a data-parallel job
-// and supervises them (see launcher/options.h, plan.h, supervisor.h).
+// and supervises them (see launcher/options/options.h, plan.h, supervisor.h).
 //
 // Exit codes: 0 when every worker of the last start (after --max_restarts restarts at most) exits
 // 0; that start's first failed worker's code (128+signal when it was killed); 124 when the hang
@@ -17,12 +17,12 @@
 #include <memory>
 
 #include "env/contract.h"
-#include "launcher/control.h"
-#include "launcher/options.h"
-#include "launcher/plan.h"
-#include "launcher/ports.h"
-#include "launcher/supervisor.h"
-#include "launcher/topology.h"
+#include "launcher/coord/control.h"
+#include "launcher/options/options.h"
+#include "launcher/cluster/plan.h"
+#include "net/ports.h"
+#include "launcher/supervise/supervisor.h"
+#include "launcher/cluster/topology.h"
 #include "logging/log.h"
 
 namespace {
@@ -45,7 +45,7 @@ std::optional<std::string> non_empty(const ddl::env::EnvMap& env, const char* na
   return value;
 }
 
-// What every node of a multi-node job must agree on (launcher/control.h compares it).
+// What every node of a multi-node job must agree on (launcher/coord/control.h compares it).
 ddl::launcher::JobDescription describe_job(const ddl::launcher::LaunchOptions& options,
                                            const ddl::launcher::NodeTopology& topology) {
   std::string hosts;
@@ -87,7 +87,7 @@ int run(int argc, char** argv) {
   // store binds with SO_REUSEADDR, so a port of a reaped generation is free again at once.
   std::vector<std::uint16_t> first_ports;
   inputs.pick_ports = [&first_ports](const std::string& host, int count) {
-    if (first_ports.empty()) first_ports = pick_free_ports(host, count);
+    if (first_ports.empty()) first_ports = net::pick_free_ports(host, count);
     return first_ports;
   };
   // The job's identity must be the same on every node: the caller's DDL_JOB_ID / DDL_JOB_SECRET
@@ -127,11 +127,11 @@ int run(int argc, char** argv) {
       const std::string host =
           topology.local_host
               ? *topology.local_host
-              : route_address_towards(topology.control.host, topology.control.port);
+              : net::route_address_towards(topology.control.host, topology.control.port);
       std::vector<env::Endpoint> local;
       const std::vector<std::uint16_t> ports =
           options.started_port ? std::vector<std::uint16_t>{}
-                               : pick_free_ports(resolve_ipv4(host), options.nproc_per_node);
+                               : net::pick_free_ports(net::resolve_ipv4(host), options.nproc_per_node);
       for (int i = 0; i < options.nproc_per_node; ++i) {
         local.push_back(env::Endpoint{
             host, options.started_port ? static_cast<std::uint16_t>(*options.started_port + i)
@@ -251,7 +251,7 @@ int main(int argc, char** argv) {
   } catch (const ddl::launcher::ControlError& e) {
     spdlog::error("cannot form the multi-node job: {}", e.what());
     return kExitUsage;
-  } catch (const ddl::launcher::PortError& e) {
+  } catch (const ddl::net::PortError& e) {
     spdlog::error("{}", e.what());
     return kExitError;
   } catch (const ddl::launcher::SupervisorError& e) {

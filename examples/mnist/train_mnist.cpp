@@ -35,8 +35,8 @@
 #include "examples/mnist/mnist_data.h"
 #include "examples/mnist/mnist_net.h"
 #include "logging/log.h"
-#include "worker/fault.h"
-#include "worker/parallel.h"
+#include "worker/runtime/fault.h"
+#include "worker/runtime/parallel.h"
 
 #ifndef DDL_MNIST_DEFAULT_DATA
 #define DDL_MNIST_DEFAULT_DATA "data/mnist"

@@ -7,9 +7,9 @@
 #include <cstdio>
 #include <thread>
 
-#include "tests/comm/multiprocess.h"
-#include "worker/gloo_communicator.h"
-#include "worker/memory_store.h"
+#include "tests/support/multiprocess.h"
+#include "worker/comm/gloo_communicator.h"
+#include "store/memory_store.h"
 
 namespace ddl {
 namespace {

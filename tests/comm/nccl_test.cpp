@@ -5,8 +5,8 @@
 #include <atomic>
 #include <thread>
 
-#include "worker/memory_store.h"
-#include "worker/nccl_communicator.h"
+#include "store/memory_store.h"
+#include "worker/comm/nccl_communicator.h"
 
 namespace ddl {
 namespace {

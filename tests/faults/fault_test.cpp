@@ -10,7 +10,7 @@
 #include <cmath>
 
 #include "tests/launcher/launch_helpers.h"
-#include "worker/frame.h"
+#include "store/frame.h"
 
 namespace {
 
@@ -211,28 +211,15 @@ TEST(Faults, RestartAfterOneFailureResumesAndMatchesAnUndisturbedRun) {
   EXPECT_EQ(summary_of(logs, 1)["param_checksum"], s0["param_checksum"]);
 }
 
-// Runs train_mnist alone (a world of one) with stdout+stderr to `log`; returns its pid.
-pid_t spawn_trainer(const std::vector<std::string>& args, const fs::path& log) {
-  std::vector<std::string> argv = args;
-  std::vector<char*> cargv;
-  for (auto& a : argv) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ::dup2(fd, 1);
-    ::dup2(fd, 2);
-    ::execv(cargv[0], cargv.data());
-    ::_exit(126);
-  }
-  return pid;
-}
-
-int wait_exit(pid_t pid) {
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+// Runs `args` (train_mnist alone, a world of one) in its own process group with stdout+stderr
+// to `log`; returns its exit code (128+signal when killed), -1 when it did not end in time.
+int run_trainer(const std::vector<std::string>& args, const fs::path& log) {
+  ddl::testing::SpawnOptions options;
+  options.argv = args;
+  options.stdout_path = log;
+  options.own_process_group = true;
+  ddl::testing::ChildProcess child(std::move(options));
+  return child.wait(kJobTimeout).value_or(-1);
 }
 
 TEST(Faults, ACheckpointInterruptedMidWriteLeavesThePreviousOneLoadable) {
@@ -244,25 +231,24 @@ TEST(Faults, ACheckpointInterruptedMidWriteLeavesThePreviousOneLoadable) {
   // A checkpoint after every step; strace SIGKILLs the trainer in the middle of one: at the 400th
   // write(2) to the temporary file (LibTorch writes one checkpoint in ~160 writes here, so earlier
   // checkpoints are complete; however many it takes, the kill lands inside a checkpoint's write).
-  const pid_t pid = spawn_trainer(
+  const int code = run_trainer(
       concat({"/usr/bin/strace", "-f", "-qq", "-o", "/dev/null", "-P", tmp.string(), "-e",
               "trace=write", "-e", "inject=write:signal=KILL:when=400"},
              concat(train_args(100000, save), {"--save_every", "1"})),
       dir.path() / "train.log");
-  EXPECT_EQ(wait_exit(pid), 128 + SIGKILL) << read_file(dir.path() / "train.log");
+  EXPECT_EQ(code, 128 + SIGKILL) << read_file(dir.path() / "train.log");
   ASSERT_TRUE(fs::exists(tmp)) << "the kill did not land during a checkpoint write";
   ASSERT_TRUE(fs::exists(ckpt)) << "no complete checkpoint before the interrupted one";
   EXPECT_LT(fs::file_size(tmp), fs::file_size(ckpt)) << "the temporary file should be torn";
 
   // The previous checkpoint loads. --max_steps counts the resumed steps too, so a limit of 1
   // loads it, trains nothing more, evaluates and exits.
-  const pid_t check = spawn_trainer({kTrain, "--data_dir", kData, "--save", save.string(), "--resume",
+  const int check_code = run_trainer({kTrain, "--data_dir", kData, "--save", save.string(), "--resume",
                                      "--epochs", "1", "--max_steps", "1", "--threads", "1", "--seed",
                                      "7"},
                                     dir.path() / "check.log");
-  const int code = wait_exit(check);
   const std::string check_log = read_file(dir.path() / "check.log");
-  ASSERT_EQ(code, 0) << "the previous checkpoint did not load:\n" << check_log;
+  ASSERT_EQ(check_code, 0) << "the previous checkpoint did not load:\n" << check_log;
   EXPECT_TRUE(contains(check_log, "resumed from")) << check_log;
 }
 

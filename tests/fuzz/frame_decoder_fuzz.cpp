@@ -3,7 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "worker/frame.h"
+#include "store/frame.h"
 
 using namespace ddl::frame;
 

@@ -1,6 +1,6 @@
 // The control connection of a multi-node job, with every "node" a ControlChannel in this process
 // (threads), on 127.0.0.1 and a free port.
-#include "launcher/control.h"
+#include "launcher/coord/control.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <future>
 #include <thread>
 
-#include "launcher/ports.h"
+#include "tests/support/ports.h"
 
 namespace ddl::launcher {
 namespace {
@@ -49,7 +49,7 @@ bool wait_for(const std::function<bool()>& done, milliseconds timeout) {
   return true;
 }
 
-std::uint16_t free_port() { return pick_free_ports("127.0.0.1", 1).front(); }
+using ddl::testing::free_port;
 
 TEST(ControlRecords, FailureRecordRoundTrips) {
   const FailureRecord r{1, 3, 137, "rank 3 was killed by SIGKILL (exit code 137)"};

@@ -26,7 +26,10 @@
 #include <vector>
 
 #include "env/contract.h"
-#include "launcher/ports.h"
+#include "tests/support/ports.h"
+#include "tests/support/process.h"
+#include "tests/support/temp_dir.h"
+#include "tests/support/text.h"
 
 namespace ddl::launch_test {
 
@@ -37,153 +40,35 @@ using std::chrono::milliseconds;
 inline const std::string kBin = DDL_BIN_DIR;
 inline const std::string kLaunch = kBin + "/launch";
 inline const std::string kHello = kBin + "/hello_worker";
-inline constexpr int kHangExitCode = 124;  // launcher/supervisor.h; this test links no launcher code
+inline constexpr int kHangExitCode = 124;  // launcher/supervise/supervisor.h; this test links no launcher code
 
-inline std::string read_file(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing::alive;
+using testing::contains;
+using testing::count;
+using testing::live_members;
+using testing::read_file;
+using testing::TempDir;
+using testing::wait_until;
 
-inline bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-inline int count(const std::string& text, const std::string& part) {
-  int n = 0;
-  for (std::size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
-  return n;
-}
-
-// Polls `done` every 10 ms until it holds or `timeout` passes.
-// A port that was free on 127.0.0.1 a moment ago (bound to port 0, then closed), below 65000 so
-// that a few ports after it exist too (--started_port P uses P, P+1, ...).
-inline int free_loopback_port() {
-  for (int attempt = 0; attempt < 50; ++attempt) {
-    const std::uint16_t port = ddl::launcher::pick_free_ports("127.0.0.1", 1).front();
-    if (port < 65000) return port;
-  }
-  ADD_FAILURE() << "no free port below 65000 on 127.0.0.1";
-  return 0;
-}
-
-inline bool wait_until(const std::function<bool()>& done, milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
-  while (!done()) {
-    if (Clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(milliseconds(10));
-  }
-  return true;
-}
-
-// Field `n` (1-based, as in proc(5)) of /proc/<pid>/stat, if the process exists.
-inline std::optional<std::string> stat_field(pid_t pid, int n) {
-  std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
-  const std::size_t paren = stat.rfind(')');
-  if (stat.empty() || paren == std::string::npos) return std::nullopt;
-  std::istringstream rest(stat.substr(paren + 2));
-  std::string field;
-  for (int i = 3; i <= n && rest >> field; ++i) {
-  }
-  return field;
-}
-
-// Alive = exists and is not a zombie (orphans whose reaper is slow do not count).
-inline bool alive(pid_t pid) {
-  auto state = stat_field(pid, 3);
-  return state && *state != "Z" && *state != "X";
-}
-
-// Live processes whose process group is one of `groups`.
-inline std::vector<pid_t> live_members(const std::set<pid_t>& groups) {
-  std::vector<pid_t> found;
-  for (const auto& entry : fs::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const pid_t pid = std::stoi(name);
-    auto pgrp = stat_field(pid, 5);
-    if (pgrp && groups.count(std::stoi(*pgrp)) && alive(pid)) found.push_back(pid);
-  }
-  return found;
-}
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "ddl_launch_test.XXXXXX").string();
-    path_ = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+// A port that was free on 127.0.0.1 a moment ago, below 65000 so that a few ports after it exist
+// too (--started_port P uses P, P+1, ...).
+inline int free_loopback_port() { return testing::free_port_below(65000); }
 
 // One run of `launch` with stdout and stderr captured in files.
 class LaunchRun {
  public:
   LaunchRun(const TempDir& dir, const std::vector<std::string>& args,
             ddl::env::EnvMap overrides = {})
-      : out_(dir.path() / "stdout"), err_(dir.path() / "stderr") {
-    ddl::env::EnvMap env = ddl::env::current_environment();
-    env.erase(ddl::env::kOmpNumThreads);
-    env.erase(ddl::env::kLogLevel);
-    // A test chooses the job's identity and node layout itself, whatever the caller's shell has.
-    env.erase(ddl::env::kJobId);
-    env.erase(ddl::env::kJobSecret);
-    for (auto it = env.begin(); it != env.end();) {
-      it = it->first.rfind("SLURM_", 0) == 0 ? env.erase(it) : std::next(it);
-    }
-    for (const auto& [k, v] : overrides) env[k] = v;
-    std::vector<std::string> argv{kLaunch};
-    argv.insert(argv.end(), args.begin(), args.end());
-    std::vector<std::string> envv;
-    for (const auto& [k, v] : env) envv.push_back(k + "=" + v);
-    std::vector<char*> cargv, cenv;
-    for (auto& a : argv) cargv.push_back(a.data());
-    cargv.push_back(nullptr);
-    for (auto& e : envv) cenv.push_back(e.data());
-    cenv.push_back(nullptr);
-    started_ = Clock::now();
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      int o = ::open(out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      int e = ::open(err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      ::dup2(o, 1);
-      ::dup2(e, 2);
-      ::execve(cargv[0], cargv.data(), cenv.data());
-      ::_exit(126);
-    }
-  }
-  ~LaunchRun() {
-    if (!exit_code_ && pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
+      : child_(spawn_options(dir, args, std::move(overrides))) {}
 
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return child_.pid(); }
 
   // The exit code (128+signal when killed), or nullopt if it is still running after `timeout`.
-  std::optional<int> wait(milliseconds timeout) {
-    if (exit_code_) return exit_code_;
-    int status = 0;
-    const bool done =
-        wait_until([&] { return ::waitpid(pid_, &status, WNOHANG) == pid_; }, timeout);
-    if (!done) return std::nullopt;
-    elapsed_ = std::chrono::duration_cast<milliseconds>(Clock::now() - started_);
-    exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    return exit_code_;
-  }
+  std::optional<int> wait(milliseconds timeout) { return child_.wait(timeout); }
 
-  milliseconds elapsed() const { return elapsed_; }
-  std::string out() const { return read_file(out_); }
-  std::string err() const { return read_file(err_); }
+  milliseconds elapsed() const { return child_.elapsed(); }
+  std::string out() const { return child_.out(); }
+  std::string err() const { return child_.err(); }
 
   // Worker pids (= their process groups) from the launcher's debug log "started rank N as pid P";
   // the latest start of each rank.
@@ -205,11 +90,29 @@ class LaunchRun {
   }
 
  private:
-  fs::path out_, err_;
-  pid_t pid_ = -1;
-  Clock::time_point started_;
-  milliseconds elapsed_{0};
-  std::optional<int> exit_code_;
+  static testing::SpawnOptions spawn_options(const TempDir& dir,
+                                             const std::vector<std::string>& args,
+                                             ddl::env::EnvMap overrides) {
+    ddl::env::EnvMap env = ddl::env::current_environment();
+    env.erase(ddl::env::kOmpNumThreads);
+    env.erase(ddl::env::kLogLevel);
+    // A test chooses the job's identity and node layout itself, whatever the caller's shell has.
+    env.erase(ddl::env::kJobId);
+    env.erase(ddl::env::kJobSecret);
+    for (auto it = env.begin(); it != env.end();) {
+      it = it->first.rfind("SLURM_", 0) == 0 ? env.erase(it) : std::next(it);
+    }
+    for (const auto& [k, v] : overrides) env[k] = v;
+    testing::SpawnOptions o;
+    o.argv = {kLaunch};
+    o.argv.insert(o.argv.end(), args.begin(), args.end());
+    o.env = std::move(env);
+    o.stdout_path = dir.path() / "stdout";
+    o.stderr_path = dir.path() / "stderr";
+    return o;
+  }
+
+  testing::ChildProcess child_;
 };
 
 inline std::set<pid_t> groups_of(const std::map<int, pid_t>& pids) {

@@ -1,17 +1,13 @@
-#include "launcher/plan.h"
+#include "launcher/cluster/plan.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <set>
 
-#include "launcher/ports.h"
-#include "launcher/supervisor.h"
+#include "launcher/supervise/supervisor.h"
 
 namespace ddl::launcher {
 namespace {
@@ -202,27 +198,6 @@ TEST(Plan, RandomHex) {
   EXPECT_EQ(a.size(), 32u);
   EXPECT_EQ(a.find_first_not_of("0123456789abcdef"), std::string::npos);
   EXPECT_NE(a, b);
-}
-
-TEST(Ports, DistinctAndBindable) {
-  const std::vector<std::uint16_t> ports = pick_free_ports("127.0.0.1", 16);
-  ASSERT_EQ(ports.size(), 16u);
-  EXPECT_EQ(std::set<std::uint16_t>(ports.begin(), ports.end()).size(), 16u);
-  for (std::uint16_t port : ports) {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    ASSERT_GE(fd, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(port);
-    ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-    EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << port;
-    ::close(fd);
-  }
-}
-
-TEST(Ports, BadHost) {
-  EXPECT_THROW(pick_free_ports("not-an-ip", 1), PortError);
-  EXPECT_THROW(pick_free_ports("203.0.113.7", 1), PortError);  // not an address of this machine
 }
 
 TEST(FindWorker, Rules) {

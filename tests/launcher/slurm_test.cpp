@@ -4,9 +4,9 @@
 
 #include <gtest/gtest.h>
 
-#include "launcher/options.h"
-#include "launcher/plan.h"
-#include "launcher/topology.h"
+#include "launcher/options/options.h"
+#include "launcher/cluster/plan.h"
+#include "launcher/cluster/topology.h"
 
 namespace ddl::launcher {
 namespace {

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/mnist/temp_dir.h"
+#include "tests/support/temp_dir.h"
 
 namespace ddl::mnist {
 namespace {
@@ -22,7 +22,7 @@ namespace {
 namespace fs = std::filesystem;
 using Bytes = std::vector<std::uint8_t>;
 
-using ddl::mnist_test::TempDir;
+using ddl::testing::TempDir;
 
 void put_be32(Bytes& b, std::uint32_t v) {
   b.push_back(static_cast<std::uint8_t>(v >> 24));

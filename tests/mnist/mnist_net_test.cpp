@@ -14,14 +14,14 @@
 
 #include "examples/mnist/checkpoint.h"
 
-#include "tests/mnist/temp_dir.h"
+#include "tests/support/temp_dir.h"
 
 namespace ddl::mnist {
 namespace {
 
 namespace fs = std::filesystem;
 
-using ddl::mnist_test::TempDir;
+using ddl::testing::TempDir;
 
 // One training step on random data, so the optimizer has state (momentum buffers, Adam moments).
 void train_step(MnistNet& net, torch::optim::Optimizer& opt, std::uint64_t seed) {

@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,9 +20,9 @@
 #include <thread>
 #include <vector>
 
-#include "tests/mnist/temp_dir.h"
+#include "tests/support/process.h"
+#include "tests/support/temp_dir.h"
 
-extern char** environ;
 
 namespace {
 
@@ -36,14 +35,9 @@ constexpr std::chrono::seconds kRunTimeout{240};
 const std::string kBin = DDL_BIN_DIR;
 const std::string kData = std::string(DDL_SOURCE_DIR) + "/data/mnist";
 
-using ddl::mnist_test::TempDir;
+using ddl::testing::TempDir;
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using ddl::testing::read_file;
 
 struct RunResult {
   int exit_code = -1;  // -1: killed at the deadline or by a signal
@@ -53,43 +47,20 @@ struct RunResult {
 // Runs argv in its own process group with stdout+stderr to `log`; kills the group at `timeout`.
 RunResult run(const std::vector<std::string>& args, const std::string& log,
               std::chrono::seconds timeout = kRunTimeout) {
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
-  posix_spawnattr_setpgroup(&attr, 0);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, argv[0], &actions, &attr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
+  ddl::testing::SpawnOptions options;
+  options.argv = args;
+  options.stdout_path = log;
+  options.own_process_group = true;
+  ddl::testing::ChildProcess child(std::move(options));
   RunResult result;
-  if (rc != 0) {
-    result.output = "posix_spawn of " + args[0] + " failed: " + std::strerror(rc);
+  const std::optional<int> code = child.wait(timeout);
+  if (!code) {
+    result.output =
+        read_file(log) + "\n[test] killed after " + std::to_string(timeout.count()) + " s";
     return result;
   }
-  const auto deadline = Clock::now() + timeout;
-  int status = 0;
-  for (;;) {
-    const pid_t done = ::waitpid(pid, &status, WNOHANG);
-    if (done == pid) break;
-    if (Clock::now() >= deadline) {
-      ::kill(-pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      result.output =
-          slurp(log) + "\n[test] killed after " + std::to_string(timeout.count()) + " s";
-      return result;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ::kill(-pid, SIGKILL);  // anything of the group left behind
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  result.output = slurp(log);
+  result.exit_code = child.signaled() ? -1 : *code;
+  result.output = read_file(log);
   return result;
 }
 
@@ -137,8 +108,8 @@ std::vector<RankLog> launch_two(const TempDir& tmp, const std::string& name,
   for (int rank = 0; rank < 2; ++rank) {
     const std::string path = log_dir + "/workerlog." + std::to_string(rank);
     EXPECT_TRUE(fs::exists(path)) << path << "\nlauncher output:\n" << r.output;
-    logs.push_back(parse_rank_log(slurp(path)));
-    EXPECT_EQ(logs.back().summaries.size(), 1u) << path << ":\n" << slurp(path);
+    logs.push_back(parse_rank_log(read_file(path)));
+    EXPECT_EQ(logs.back().summaries.size(), 1u) << path << ":\n" << read_file(path);
   }
   return logs;
 }

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "worker/frame.h"
+#include "store/frame.h"
 
 namespace ddl::frame {
 namespace {

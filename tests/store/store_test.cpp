@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "tests/store/test_util.h"
-#include "worker/memory_store.h"
-#include "worker/store.h"
-#include "worker/tcp_store.h"
+#include "store/memory_store.h"
+#include "store/store.h"
+#include "store/tcp_store.h"
 
 namespace ddl {
 namespace {

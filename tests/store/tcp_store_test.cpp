@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "tests/store/test_util.h"
-#include "worker/frame.h"
-#include "worker/tcp_store.h"
+#include "store/frame.h"
+#include "store/tcp_store.h"
 
 namespace ddl {
 namespace {

@@ -11,8 +11,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "launcher/ports.h"
-#include "worker/tcp_store.h"
+#include "tests/support/poll.h"
+#include "tests/support/ports.h"
+#include "store/tcp_store.h"
 
 namespace ddl::testing {
 
@@ -28,12 +29,7 @@ inline TcpStoreOptions loopback_options(std::uint16_t port, int rank = 0, int wo
   return o;
 }
 
-// A port nobody listens on right now (the launcher's picker: bound to 127.0.0.1:0, released).
-inline std::uint16_t unused_port() { return launcher::pick_free_ports("127.0.0.1", 1).front(); }
-
-inline double elapsed_ms(std::chrono::steady_clock::time_point since) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since)
-      .count();
-}
+// A port nobody listens on right now.
+inline std::uint16_t unused_port() { return free_port(); }
 
 }  // namespace ddl::testing

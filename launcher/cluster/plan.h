@@ -1,0 +1,80 @@
+// The cluster plan: which workers this node starts and what each is told.
+//
+// make_plan() is a pure function of the options and a few facts about the machine (core count,
+// the caller's environment, a way to pick free ports, the job's identity), so every rule here is
+// testable without starting a process:
+// - ranks are node-major: node k of --cluster_node_ips owns ranks [k*n, (k+1)*n), n workers each;
+// - with --started_port P every node's endpoints are ip:P..P+n-1; without it a single node asks
+//   the port picker for n free ports;
+// - a multi-node job passes the endpoints every node published through the control store
+//   (launcher/coord/control.h) as `cluster_endpoints`, with this node's `node_rank`: the plan then takes
+//   the node list from them, whatever the options say;
+// - each local worker gets the env::WorkerContract variables, plus OMP_NUM_THREADS when the
+//   caller has not set it, plus DDL_LOG_LEVEL when --log_level was given.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "env/contract.h"
+#include "launcher/options/options.h"
+
+namespace ddl::launcher {
+
+// Options that cannot be turned into a plan (e.g. several nodes without --started_port).
+class PlanError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Returns `count` distinct ports that can be bound on `host` right now. May throw.
+using PortPicker = std::function<std::vector<std::uint16_t>(const std::string& host, int count)>;
+
+struct PlanInputs {
+  int cores = 1;           // usable cores of this machine
+  env::EnvMap caller_env;  // the launcher's own environment
+  PortPicker pick_ports;   // used only when --started_port is unset
+  std::string job_id;      // DDL_JOB_ID for every worker (one rendezvous generation)
+  std::string job_secret;  // DDL_JOB_SECRET for every worker
+  int restart_count = 0;   // DDL_RESTART_COUNT: 0 on the first start, then 1, 2, ...
+  // Multi-node: every rank's endpoint in rank order (nnodes * nproc_per_node of them), as agreed
+  // through the control store, and this node's index. Unset: the plan comes from the options.
+  std::optional<std::vector<env::Endpoint>> cluster_endpoints;
+  int node_rank = 0;
+};
+
+// One worker this node starts.
+struct WorkerSpec {
+  env::WorkerContract contract;  // rank, local rank, endpoints, gpu, ...
+  env::EnvMap env;               // variables set on top of the caller's environment
+};
+
+struct ClusterPlan {
+  int world_size = 1;
+  std::vector<env::Endpoint> endpoints;  // all ranks, rank order
+  std::vector<WorkerSpec> local;         // this node's workers, local rank order
+  // OMP_NUM_THREADS the plan sets, when the caller had not set it (to be reported once).
+  std::optional<int> omp_threads_defaulted;
+};
+
+// Throws PlanError (or env::EnvError for an inconsistent contract, a bug) when no plan exists.
+ClusterPlan make_plan(const LaunchOptions& options, const PlanInputs& inputs);
+
+// `env` with `overrides` applied (the plan wins over the caller).
+env::EnvMap merge_env(env::EnvMap env, const env::EnvMap& overrides);
+
+// The job id of rendezvous generation `restart_count`: "<job_id>-g<restart_count>". Each start of
+// the job gets its own, so the store refuses a late client of an earlier generation.
+std::string generation_job_id(const std::string& job_id, int restart_count);
+
+// `bytes` random bytes from std::random_device as lowercase hex (job ids and secrets).
+std::string random_hex(std::size_t bytes);
+
+// Each local worker's variables for --print_config; the job secret is masked.
+std::string describe_plan(const ClusterPlan& plan);
+
+}  // namespace ddl::launcher

@@ -1,0 +1,67 @@
+#include "launcher/cluster/topology.h"
+
+#include "env/slurm.h"
+#include "launcher/cluster/plan.h"
+
+namespace ddl::launcher {
+namespace {
+
+std::uint16_t control_port(const LaunchOptions& o) {
+  if (o.master_port) return static_cast<std::uint16_t>(*o.master_port);
+  if (o.started_port) {
+    if (*o.started_port <= 1) {
+      throw PlanError("--started_port=" + std::to_string(*o.started_port) +
+                      " leaves no port below it for the control store (started_port - 1); "
+                      "give --master_port");
+    }
+    return static_cast<std::uint16_t>(*o.started_port - 1);
+  }
+  return static_cast<std::uint16_t>(kDefaultControlPort);
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& s : items) out += (out.empty() ? "" : ",") + s;
+  return out;
+}
+
+}  // namespace
+
+NodeTopology resolve_topology(const LaunchOptions& o, const env::EnvMap& env) {
+  NodeTopology t;
+  if (o.nnodes || o.node_rank || o.master_addr) {
+    t.source = "--nnodes/--node_rank/--master_addr";
+    t.nnodes = o.nnodes.value_or(1);
+    t.node_rank = o.node_rank.value_or(0);
+    t.control = env::Endpoint{o.master_addr.value_or(kDefaultNodeIp), control_port(o)};
+    if (o.node_ip_given || t.nnodes == 1) t.local_host = o.node_ip;
+    return t;
+  }
+  if (o.node_flags_given()) {
+    t.source = "--cluster_node_ips";
+    t.hosts = o.cluster_node_ips;
+    t.nnodes = static_cast<int>(t.hosts.size());
+    t.node_rank = o.node_index();
+    t.local_host = o.node_ip;
+    t.control = env::Endpoint{t.hosts.front(), control_port(o)};
+    return t;
+  }
+  if (auto slurm = env::slurm_nodes(env); slurm && slurm->hosts.size() > 1) {
+    t.source = "Slurm" + (slurm->job_id.empty() ? std::string() : " job " + slurm->job_id) + " (" +
+               env::kSlurmJobNodelist + "=" + join(slurm->hosts) + ", " + env::kSlurmNodeId +
+               "=" + std::to_string(slurm->node_rank) + ")";
+    t.hosts = slurm->hosts;
+    t.nnodes = static_cast<int>(t.hosts.size());
+    t.node_rank = slurm->node_rank;
+    t.local_host = t.hosts[t.node_rank];
+    t.control = env::Endpoint{t.hosts.front(), control_port(o)};
+    return t;
+  }
+  t.source = "single node";
+  t.hosts = o.cluster_node_ips;
+  t.local_host = o.node_ip;
+  t.control = env::Endpoint{o.node_ip, control_port(o)};
+  return t;
+}
+
+}  // namespace ddl::launcher

@@ -1,0 +1,44 @@
+// Which nodes form the job and which one this is: the launcher's three spellings mapped onto one
+// description (a pure function of the options and the environment; launcher/coord/control.h does the
+// talking).
+//
+// - Paddle's: --cluster_node_ips=A,B,... (IPv4 addresses or host names) and --node_ip=B: node
+//   rank = B's index; node 0 is A.
+// - torchrun's: --nnodes=N --node_rank=K --master_addr=A [--node_ip=B]: node 0 is at A; the other
+//   nodes' addresses are not given, so every node publishes its own endpoints through the control
+//   store. This node's address is --node_ip, else the local address the kernel routes towards A
+//   (found at start, see ports.h).
+// - Slurm's (no node flag at all, and SLURM_JOB_NODELIST, SLURM_NNODES, SLURM_NODEID set; see
+//   env/slurm.h): the expanded node list and SLURM_NODEID, as if given with Paddle's flags. A
+//   one-node allocation is a single-node job like any other.
+// With more than one node, node 0's launcher hosts the control store at
+// <node 0's address>:<control port>, the port being --master_port, else --started_port - 1, else
+// kDefaultControlPort (29500).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "env/contract.h"
+#include "launcher/options/options.h"
+
+namespace ddl::launcher {
+
+struct NodeTopology {
+  int nnodes = 1;
+  int node_rank = 0;
+  std::vector<std::string> hosts;  // every node's address, when given (not with torchrun's)
+  // This node's address in its workers' endpoints; unset: find the route towards control.host.
+  std::optional<std::string> local_host;
+  env::Endpoint control;  // node 0's control store; meaningful when nnodes > 1
+  std::string source;     // how the nodes were given, for messages ("--cluster_node_ips", ...)
+
+  bool multi_node() const { return nnodes > 1; }
+};
+
+// Throws PlanError (launcher/cluster/plan.h) for a control port out of range, env::EnvError for a
+// malformed Slurm environment.
+NodeTopology resolve_topology(const LaunchOptions& options, const env::EnvMap& env);
+
+}  // namespace ddl::launcher

@@ -1,0 +1,450 @@
+#include "launcher/options/options.h"
+
+#include <algorithm>
+#include <boost/asio/ip/address_v4.hpp>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <cxxopts.hpp>
+#include <set>
+#include <sstream>
+
+#include "env/contract.h"
+#include "logging/log.h"
+
+#ifndef DDL_VERSION
+#define DDL_VERSION "unknown"
+#endif
+
+namespace ddl::launcher {
+namespace {
+
+// Flags that take a value; everything else is a switch. Needed to split argv before cxxopts sees
+// it: in "--log_dir mylog train" the word "mylog" is a value, "train" is WORKER.
+const std::set<std::string>& value_flags() {
+  static const std::set<std::string> flags = {
+      "selected_gpus", "gpus",         "nproc_per_node", "log_dir",      "cluster_node_ips",  "ips",
+      "node_ip",       "started_port", "log_level",      "kill_timeout", "rendezvous_timeout",
+      "max_restarts",  "hang_timeout", "nnodes",         "node_rank",    "master_addr",
+      "master_port"};
+  return flags;
+}
+
+const std::set<std::string>& switch_flags() {
+  static const std::set<std::string> flags = {"quiet", "print_config", "help", "h", "version"};
+  return flags;
+}
+
+[[noreturn]] void bad_value(const std::string& flag, const std::string& value,
+                            const std::string& expected) {
+  throw OptionsError("--" + flag + "='" + value + "': " + expected);
+}
+
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  while (true) {
+    std::size_t pos = text.find(',', start);
+    parts.push_back(text.substr(start, pos == std::string::npos ? pos : pos - start));
+    if (pos == std::string::npos) break;
+    start = pos + 1;
+  }
+  return parts;
+}
+
+int parse_int_flag(const std::string& flag, const std::string& value, int min, int max) {
+  int v = 0;
+  try {
+    v = env::parse_non_negative_int(value, "--" + flag);
+  } catch (const env::EnvError&) {
+    bad_value(flag, value,
+              "expected an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+  }
+  if (v < min || v > max) {
+    bad_value(flag, value,
+              "expected an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+  }
+  return v;
+}
+
+// Seconds as typed by a user ("10", "0.5") -> milliseconds.
+std::chrono::milliseconds parse_seconds(const std::string& flag, const std::string& value,
+                                        bool allow_zero) {
+  const char* begin = value.c_str();
+  char* end = nullptr;
+  double s = std::strtod(begin, &end);
+  const bool ok = !value.empty() && end == begin + value.size() && std::isfinite(s) &&
+                  value.find_first_of(" \t+-eExXnN") == std::string::npos &&
+                  (allow_zero ? s >= 0 : s > 0) && s <= 1e7;
+  if (!ok) {
+    bad_value(flag, value,
+              std::string("expected a number of seconds ") + (allow_zero ? ">= 0" : "> 0"));
+  }
+  auto ms = std::chrono::milliseconds(static_cast<long long>(std::llround(s * 1000.0)));
+  if (!allow_zero && ms.count() == 0) ms = std::chrono::milliseconds(1);
+  return ms;
+}
+
+bool parse_bool(const std::string& flag, const std::string& value) {
+  std::string v = value;
+  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (v == "true" || v == "1" || v == "yes" || v == "on") return true;
+  if (v == "false" || v == "0" || v == "no" || v == "off") return false;
+  bad_value(flag, value, "expected true or false");
+}
+
+std::vector<int> parse_gpus(const std::string& flag, const std::string& value) {
+  if (value.empty()) bad_value(flag, value, "expected a comma-separated list of GPU ids");
+  std::vector<int> ids;
+  for (const std::string& part : split_commas(value)) {
+    int id = 0;
+    try {
+      id = env::parse_non_negative_int(part, "--" + flag);
+    } catch (const env::EnvError&) {
+      bad_value(flag, value, "GPU id '" + part + "' is not a non-negative integer");
+    }
+    if (std::find(ids.begin(), ids.end(), id) != ids.end()) {
+      bad_value(flag, value, "GPU id " + std::to_string(id) + " is listed twice");
+    }
+    ids.push_back(id);
+  }
+  return ids;
+}
+
+std::string check_ip(const std::string& flag, const std::string& all, const std::string& ip) {
+  if (!is_valid_host(ip)) bad_value(flag, all, "'" + ip + "' is not an IPv4 address or host name");
+  return ip;
+}
+
+std::vector<std::string> parse_ips(const std::string& flag, const std::string& value) {
+  if (value.empty()) {
+    bad_value(flag, value, "expected a comma-separated list of IPv4 addresses or host names");
+  }
+  std::vector<std::string> ips;
+  for (const std::string& part : split_commas(value)) {
+    check_ip(flag, value, part);
+    if (std::find(ips.begin(), ips.end(), part) != ips.end()) {
+      bad_value(flag, value, "address '" + part + "' is listed twice");
+    }
+    ips.push_back(part);
+  }
+  return ips;
+}
+
+// The launcher's part of argv, and WORKER with its arguments.
+struct SplitArgs {
+  std::vector<std::string> launcher;  // without argv[0]
+  std::vector<std::string> worker;    // WORKER first; may be empty
+};
+
+SplitArgs split_argv(int argc, const char* const argv[]) {
+  SplitArgs out;
+  int i = 1;
+  while (i < argc) {
+    std::string a = argv[i];
+    if (a == "--") {
+      ++i;
+      break;
+    }
+    if (a.size() < 2 || a[0] != '-') break;  // first positional: WORKER
+    std::string name = a.substr(a[1] == '-' ? 2 : 1);
+    const std::size_t eq = name.find('=');
+    const bool has_value = eq != std::string::npos;
+    if (has_value) name = name.substr(0, eq);
+    const bool takes_value = value_flags().count(name) > 0;
+    if (!takes_value && switch_flags().count(name) == 0) {
+      throw OptionsError("unknown option '" + a + "' (see launch --help)");
+    }
+    if (a[1] != '-' && name != "h") {
+      throw OptionsError("unknown option '" + a + "': options are spelled --" + name +
+                         " (see launch --help)");
+    }
+    out.launcher.push_back(a);
+    ++i;
+    if (takes_value && !has_value) {
+      if (i >= argc) throw OptionsError("option '" + a + "' needs a value (see launch --help)");
+      out.launcher.push_back(argv[i]);
+      ++i;
+    }
+  }
+  for (; i < argc; ++i) out.worker.emplace_back(argv[i]);
+  return out;
+}
+
+cxxopts::Options make_cxxopts() {
+  cxxopts::Options o("launch", "Starts and supervises the workers of a data-parallel job.");
+  o.custom_help("[options] WORKER [WORKER ARGS...]");
+  auto text = [] { return cxxopts::value<std::string>(); };
+  o.add_options()("selected_gpus",
+                  "GPU ids, one worker per id; each worker gets FLAGS_selected_gpus=<id>", text(),
+                  "0,1,...")("gpus", "alias of --selected_gpus", text(), "0,1,...")(
+      "nproc_per_node", "workers on this node when no GPUs are selected (default: #GPUs, else 1)",
+      text(), "N")("log_dir",
+                   "write rank N's stdout+stderr to DIR/workerlog.N (created if missing)", text(),
+                   "DIR")("quiet", "with --log_dir: do not echo rank 0 to the console")(
+      "cluster_node_ips",
+      "addresses (IPv4 or host names) of all nodes; ranks are node-major in this order "
+      "(default 127.0.0.1, or Slurm's node list inside an allocation)",
+      text(), "ip1,ip2,...")("ips", "alias of --cluster_node_ips", text(), "ip1,ip2,...")(
+      "node_ip", "this node's address, one of --cluster_node_ips (default 127.0.0.1)", text(),
+      "IP")("nnodes", "torchrun spelling: number of nodes (use with --node_rank, --master_addr)",
+            text(), "N")("node_rank", "torchrun spelling: this node's index, 0..nnodes-1", text(),
+                         "K")("master_addr",
+                              "torchrun spelling: node 0's address (hosts the control store)",
+                              text(), "HOST")(
+      "master_port",
+      "multi-node: port of the control store on node 0 (default: started_port-1, else 29500)",
+      text(), "P")("started_port",
+                   "endpoints are node_ip:P, P+1, ... (default: free ports, exchanged between "
+                   "nodes through the control store)",
+                   text(), "P")(
+      "print_config", "print the configuration and each rank's environment (default true)",
+      cxxopts::value<std::string>()->default_value("true")->implicit_value("true"),
+      "BOOL")("log_level", "debug|info|warn|error or 10|20|30|40 (also passed to workers)", text(),
+              "LEVEL")("kill_timeout",
+                       "seconds between SIGTERM and SIGKILL when stopping workers (default 10)",
+                       text(), "S")(
+      "rendezvous_timeout", "seconds the workers may take to find each other (default 300)", text(),
+      "S")("max_restarts",
+           "after a worker fails (or the hang guard fires), stop this node's workers and start "
+           "them again, up to N times (default 0)",
+           text(), "N")("hang_timeout",
+                        "fail the job when no rank has printed anything for S seconds "
+                        "(default 0: off); exit code 124",
+                        text(), "S")("h,help", "print this help")("version", "print the version");
+  return o;
+}
+
+}  // namespace
+
+bool is_valid_host(const std::string& host) {
+  if (host.empty() || host.size() > 253) return false;
+  if (host.find_first_not_of("0123456789.") == std::string::npos) {
+    boost::system::error_code ec;
+    boost::asio::ip::make_address_v4(host, ec);
+    return !ec;
+  }
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t dot = host.find('.', start);
+    const std::string label = host.substr(start, dot == std::string::npos ? dot : dot - start);
+    if (label.empty() || label.size() > 63 || label.front() == '-' || label.back() == '-') {
+      return false;
+    }
+    for (char c : label) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') return false;
+    }
+    if (dot == std::string::npos) return true;
+    start = dot + 1;
+  }
+}
+
+bool LaunchOptions::node_flags_given() const {
+  return cluster_node_ips_given || node_ip_given || nnodes || node_rank || master_addr;
+}
+
+int LaunchOptions::node_index() const {
+  auto it = std::find(cluster_node_ips.begin(), cluster_node_ips.end(), node_ip);
+  return static_cast<int>(it - cluster_node_ips.begin());
+}
+
+std::string help_text() {
+  return make_cxxopts().help() +
+         "\nEverything after WORKER is passed to the worker untouched. WORKER is a path, or the\n"
+         "name of a program next to `launch` or on PATH.\n";
+}
+
+std::string version_text() { return std::string("ddlaunch ") + DDL_VERSION; }
+
+LaunchOptions parse_options(int argc, const char* const argv[]) {
+  SplitArgs split = split_argv(argc, argv);
+
+  std::vector<const char*> args;
+  args.push_back(argc > 0 ? argv[0] : "launch");
+  for (const std::string& a : split.launcher) args.push_back(a.c_str());
+
+  cxxopts::Options spec = make_cxxopts();
+  cxxopts::ParseResult r;
+  try {
+    r = spec.parse(static_cast<int>(args.size()), args.data());
+  } catch (const cxxopts::exceptions::exception& e) {
+    throw OptionsError(std::string(e.what()) + " (see launch --help)");
+  }
+
+  LaunchOptions o;
+  o.help = r.count("help") > 0;
+  o.version = r.count("version") > 0;
+  if (o.help || o.version) return o;
+
+  auto one_of = [&](const char* a,
+                    const char* b) -> std::optional<std::pair<std::string, std::string>> {
+    if (r.count(a) && r.count(b)) {
+      throw OptionsError(std::string("--") + a + " and its alias --" + b + " were both given");
+    }
+    if (r.count(a)) return std::pair{std::string(a), r[a].as<std::string>()};
+    if (r.count(b)) return std::pair{std::string(b), r[b].as<std::string>()};
+    return std::nullopt;
+  };
+
+  if (auto g = one_of("selected_gpus", "gpus")) o.selected_gpus = parse_gpus(g->first, g->second);
+  std::optional<int> nproc;
+  if (r.count("nproc_per_node")) {
+    nproc = parse_int_flag("nproc_per_node", r["nproc_per_node"].as<std::string>(), 1, 4096);
+  }
+  if (!o.selected_gpus.empty()) {
+    const int gpus = static_cast<int>(o.selected_gpus.size());
+    if (nproc && *nproc != gpus) {
+      throw OptionsError("--nproc_per_node=" + std::to_string(*nproc) + " does not match the " +
+                         std::to_string(gpus) + " ids of --selected_gpus (one worker per GPU)");
+    }
+    o.nproc_per_node = gpus;
+  } else {
+    o.nproc_per_node = nproc.value_or(1);
+  }
+
+  if (r.count("log_dir")) {
+    std::string dir = r["log_dir"].as<std::string>();
+    if (dir.empty()) bad_value("log_dir", dir, "expected a directory");
+    o.log_dir = dir;
+  }
+  o.quiet = r.count("quiet") > 0;
+
+  if (auto ips = one_of("cluster_node_ips", "ips")) {
+    o.cluster_node_ips = parse_ips(ips->first, ips->second);
+    o.cluster_node_ips_given = true;
+  }
+  if (r.count("node_ip")) {
+    const std::string ip = r["node_ip"].as<std::string>();
+    o.node_ip = check_ip("node_ip", ip, ip);
+    o.node_ip_given = true;
+  }
+  if (r.count("nnodes")) {
+    o.nnodes = parse_int_flag("nnodes", r["nnodes"].as<std::string>(), 1, kMaxNodes);
+  }
+  if (r.count("node_rank")) {
+    o.node_rank = parse_int_flag("node_rank", r["node_rank"].as<std::string>(), 0, kMaxNodes - 1);
+  }
+  if (r.count("master_addr")) {
+    const std::string v = r["master_addr"].as<std::string>();
+    o.master_addr = check_ip("master_addr", v, v);
+  }
+  if (r.count("master_port")) {
+    o.master_port = parse_int_flag("master_port", r["master_port"].as<std::string>(), 1, 65535);
+  }
+  const bool torchrun_spelling = o.nnodes || o.node_rank || o.master_addr;
+  if (torchrun_spelling) {
+    if (o.cluster_node_ips_given) {
+      throw OptionsError(
+          "--cluster_node_ips and --nnodes/--node_rank/--master_addr describe the nodes twice; "
+          "use one spelling");
+    }
+    const int nnodes = o.nnodes.value_or(1);
+    if (o.node_rank.value_or(0) >= nnodes) {
+      throw OptionsError("--node_rank=" + std::to_string(*o.node_rank) +
+                         " is not below --nnodes=" + std::to_string(nnodes));
+    }
+    if (nnodes > 1 && !o.master_addr) {
+      throw OptionsError("--nnodes=" + std::to_string(nnodes) +
+                         " needs --master_addr (node 0's address, where the control store runs)");
+    }
+    // --node_ip is this node's own address here, not a member of a list.
+    if (!o.node_ip_given) o.node_ip = kDefaultNodeIp;
+    o.cluster_node_ips = {o.node_ip};
+  } else if (std::find(o.cluster_node_ips.begin(), o.cluster_node_ips.end(), o.node_ip) ==
+      o.cluster_node_ips.end()) {
+    std::string list;
+    for (const auto& ip : o.cluster_node_ips) list += (list.empty() ? "" : ",") + ip;
+    throw OptionsError("--node_ip='" + o.node_ip + "' is not in --cluster_node_ips='" + list + "'");
+  }
+
+  if (r.count("started_port")) {
+    const std::string v = r["started_port"].as<std::string>();
+    o.started_port = parse_int_flag("started_port", v, 1, 65535);
+    if (*o.started_port + o.nproc_per_node - 1 > 65535) {
+      bad_value("started_port", v,
+                std::to_string(o.nproc_per_node) + " workers need ports up to " +
+                    std::to_string(*o.started_port + o.nproc_per_node - 1) + " > 65535");
+    }
+  }
+
+  o.print_config = parse_bool("print_config", r["print_config"].as<std::string>());
+
+  if (r.count("log_level")) {
+    const std::string v = r["log_level"].as<std::string>();
+    try {
+      o.log_level = logging::parse_level(v);
+    } catch (const std::invalid_argument&) {
+      bad_value("log_level", v, "expected debug, info, warn, error or 10, 20, 30, 40");
+    }
+    const auto name = spdlog::level::to_string_view(o.log_level);
+    o.log_level_name = o.log_level == spdlog::level::warn  ? std::string("warn")
+                       : o.log_level == spdlog::level::err ? std::string("error")
+                                                           : std::string(name.data(), name.size());
+  }
+  if (r.count("kill_timeout")) {
+    o.kill_timeout = parse_seconds("kill_timeout", r["kill_timeout"].as<std::string>(), true);
+  }
+  if (r.count("rendezvous_timeout")) {
+    o.rendezvous_timeout =
+        parse_seconds("rendezvous_timeout", r["rendezvous_timeout"].as<std::string>(), false);
+  }
+
+  if (r.count("max_restarts")) {
+    o.max_restarts =
+        parse_int_flag("max_restarts", r["max_restarts"].as<std::string>(), 0, kMaxRestartsLimit);
+  }
+  if (r.count("hang_timeout")) {
+    o.hang_timeout = parse_seconds("hang_timeout", r["hang_timeout"].as<std::string>(), true);
+  }
+
+  if (split.worker.empty()) throw OptionsError("missing WORKER program (see launch --help)");
+  o.worker = split.worker.front();
+  if (o.worker.empty()) throw OptionsError("WORKER is an empty string (see launch --help)");
+  o.worker_args.assign(split.worker.begin() + 1, split.worker.end());
+  return o;
+}
+
+std::string describe_options(const LaunchOptions& o) {
+  auto join = [](const auto& items) {
+    std::ostringstream os;
+    for (std::size_t i = 0; i < items.size(); ++i) os << (i ? "," : "") << items[i];
+    return os.str();
+  };
+  auto seconds = [](std::chrono::milliseconds ms) {
+    std::ostringstream os;
+    os << static_cast<double>(ms.count()) / 1000.0;
+    return os.str();
+  };
+  std::ostringstream os;
+  os << "----------- Configuration Arguments -----------\n";
+  os << "cluster_node_ips: " << join(o.cluster_node_ips) << "\n";
+  os << "hang_timeout: " << (o.hang_timeout.count() == 0 ? "None" : seconds(o.hang_timeout))
+     << "\n";
+  os << "kill_timeout: " << seconds(o.kill_timeout) << "\n";
+  os << "log_dir: " << o.log_dir.value_or("None") << "\n";
+  const auto level = spdlog::level::to_string_view(o.log_level);
+  os << "log_level: " << std::string(level.data(), level.size()) << "\n";
+  os << "master_addr: " << o.master_addr.value_or("None") << "\n";
+  os << "master_port: " << (o.master_port ? std::to_string(*o.master_port) : "None") << "\n";
+  os << "max_restarts: " << o.max_restarts << "\n";
+  os << "nnodes: " << (o.nnodes ? std::to_string(*o.nnodes) : "None") << "\n";
+  os << "node_ip: " << o.node_ip << "\n";
+  os << "node_rank: " << (o.node_rank ? std::to_string(*o.node_rank) : "None") << "\n";
+  os << "nproc_per_node: " << o.nproc_per_node << "\n";
+  os << "print_config: " << (o.print_config ? "True" : "False") << "\n";
+  os << "quiet: " << (o.quiet ? "True" : "False") << "\n";
+  os << "rendezvous_timeout: "
+     << seconds(o.rendezvous_timeout.value_or(env::kDefaultRendezvousTimeout)) << "\n";
+  os << "selected_gpus: " << (o.selected_gpus.empty() ? "None" : join(o.selected_gpus)) << "\n";
+  os << "started_port: " << (o.started_port ? std::to_string(*o.started_port) : "None") << "\n";
+  os << "training_script: " << o.worker << "\n";
+  os << "training_script_args: [";
+  for (std::size_t i = 0; i < o.worker_args.size(); ++i) {
+    os << (i ? ", " : "") << "'" << o.worker_args[i] << "'";
+  }
+  os << "]\n";
+  os << "------------------------------------------------\n";
+  return os.str();
+}
+
+}  // namespace ddl::launcher

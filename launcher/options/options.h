@@ -1,0 +1,93 @@
+// `launch [options] WORKER [WORKER ARGS...]`: the command line, parsed into a plain struct.
+//
+// parse_options() is the only place that knows flag names; everything downstream (plan,
+// supervisor) reads LaunchOptions. Launcher options end at the first argument that is not an
+// option (or at "--"): that argument is WORKER and everything after it is passed to the worker
+// untouched, even when it looks like one of our flags.
+#pragma once
+
+#include <spdlog/common.h>
+
+#include <chrono>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace ddl::launcher {
+
+// A bad command line: the message names the flag and quotes the bad value. `launch` prints it as
+// one line and exits with code 2.
+class OptionsError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+inline constexpr const char* kDefaultNodeIp = "127.0.0.1";
+inline constexpr std::chrono::milliseconds kDefaultKillTimeout{10'000};
+inline constexpr int kDefaultControlPort = 29500;  // multi-node, without --master_port/--started_port
+inline constexpr int kMaxNodes = 65'536;               // --nnodes accepts 1..kMaxNodes
+inline constexpr int kMaxRestartsLimit = 1000;  // --max_restarts accepts 0..kMaxRestartsLimit
+
+struct LaunchOptions {
+  std::vector<int> selected_gpus;      // --selected_gpus / --gpus; empty: no GPUs selected
+  int nproc_per_node = 1;              // resolved: #gpus when selected, else --nproc_per_node or 1
+  std::optional<std::string> log_dir;  // --log_dir; unset: every rank prints to the console
+  bool quiet = false;                  // --quiet: with --log_dir, rank 0 is not echoed either
+  // --cluster_node_ips / --ips: every node's address (IPv4 or host name), node rank order. With
+  // the torchrun spelling it holds only this node's address (the others are learnt at start).
+  std::vector<std::string> cluster_node_ips{kDefaultNodeIp};
+  // --node_ip: this node's address. With --cluster_node_ips (or alone) it is one of them; with
+  // --nnodes it is the address this node's workers are reached at (default: found by routing
+  // towards --master_addr).
+  std::string node_ip = kDefaultNodeIp;
+  bool cluster_node_ips_given = false;  // --cluster_node_ips or --ips was on the command line
+  bool node_ip_given = false;           // --node_ip was on the command line
+  // torchrun's spelling (launcher/cluster/topology.h maps it onto the node list): --nnodes, --node_rank,
+  // --master_addr (node 0's address; it hosts the control store there). Exclusive with
+  // --cluster_node_ips.
+  std::optional<int> nnodes;
+  std::optional<int> node_rank;
+  std::optional<std::string> master_addr;
+  // --master_port: the control store's port in a multi-node job (either spelling); default:
+  // --started_port - 1 when that is set, else kDefaultControlPort.
+  std::optional<int> master_port;
+  std::optional<int> started_port;       // --started_port; unset: free ports are picked
+  bool print_config = true;              // --print_config[=false]
+  spdlog::level::level_enum log_level = spdlog::level::info;  // --log_level
+  std::optional<std::string> log_level_name;  // the normalized level when given on the command line
+  std::chrono::milliseconds kill_timeout = kDefaultKillTimeout;  // --kill_timeout (seconds)
+  std::optional<std::chrono::milliseconds> rendezvous_timeout;   // --rendezvous_timeout (seconds)
+  int max_restarts = 0;  // --max_restarts: restarts of the local group after a failure
+  std::chrono::milliseconds hang_timeout{0};  // --hang_timeout (seconds); 0: no hang guard
+  bool help = false;     // --help / -h: print help_text() and exit 0 (WORKER not required)
+  bool version = false;  // --version: print the version and exit 0 (WORKER not required)
+
+  std::string worker;                    // WORKER as typed (resolved later)
+  std::vector<std::string> worker_args;  // everything after WORKER, untouched
+
+  // This node's index in cluster_node_ips.
+  int node_index() const;
+  // True when any node flag was given (--cluster_node_ips, --node_ip, --nnodes, --node_rank,
+  // --master_addr): Slurm's environment is then ignored.
+  bool node_flags_given() const;
+};
+
+// True for an IPv4 address or a host name (letters, digits, '-', '.'; labels of 1..63 characters;
+// a name of digits and dots only must be a valid IPv4 address).
+bool is_valid_host(const std::string& host);
+
+// Parses argv (argv[0] is the program). Throws OptionsError for unknown options, bad values,
+// inconsistent flags and a missing WORKER (unless --help or --version).
+LaunchOptions parse_options(int argc, const char* const argv[]);
+
+// The --help text.
+std::string help_text();
+
+// "ddlaunch <version>".
+std::string version_text();
+
+// The "Configuration Arguments" block printed by --print_config (ends with a newline).
+std::string describe_options(const LaunchOptions& o);
+
+}  // namespace ddl::launcher

@@ -1,0 +1,64 @@
+#include "store/memory_store.h"
+
+#include "store/store_detail.h"
+
+namespace ddl {
+
+using store_detail::deadline_after;
+using store_detail::describe_keys;
+
+void MemoryStore::set(const std::string& key, const Bytes& value) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    data_[key] = value;
+  }
+  changed_.notify_all();
+}
+
+Bytes MemoryStore::get(const std::string& key, std::chrono::milliseconds timeout) {
+  const auto deadline = deadline_after(timeout);
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!changed_.wait_until(lock, deadline, [&] { return data_.count(key) > 0; })) {
+    throw StoreTimeout("get '" + key + "' timed out after " + std::to_string(timeout.count()) +
+                       " ms: the key was not set");
+  }
+  return data_.at(key);
+}
+
+std::int64_t MemoryStore::add(const std::string& key, std::int64_t delta) {
+  std::int64_t value = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = data_.find(key);
+    value = store_detail::add_to_counter(key, it == data_.end() ? nullptr : &it->second, delta);
+    data_[key] = store_detail::counter_bytes(value);
+  }
+  changed_.notify_all();
+  return value;
+}
+
+bool MemoryStore::check(const std::vector<std::string>& keys) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return missing_locked(keys).empty();
+}
+
+void MemoryStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  const auto deadline = deadline_after(timeout);
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!changed_.wait_until(lock, deadline, [&] { return missing_locked(keys).empty(); })) {
+    const auto missing = missing_locked(keys);
+    throw StoreTimeout("wait for " + std::to_string(keys.size()) + " key(s) timed out after " +
+                       std::to_string(timeout.count()) + " ms; missing: " +
+                       describe_keys(missing));
+  }
+}
+
+std::vector<std::string> MemoryStore::missing_locked(const std::vector<std::string>& keys) const {
+  std::vector<std::string> missing;
+  for (const auto& key : keys) {
+    if (data_.count(key) == 0) missing.push_back(key);
+  }
+  return missing;
+}
+
+}  // namespace ddl

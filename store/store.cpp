@@ -1,0 +1,105 @@
+#include "store/store.h"
+
+#include <algorithm>
+#include <charconv>
+#include <sstream>
+
+#include "store/store_detail.h"
+
+namespace ddl {
+namespace store_detail {
+
+std::chrono::milliseconds clamp_timeout(std::chrono::milliseconds timeout) {
+  return std::clamp(timeout, std::chrono::milliseconds::zero(), kMaxTimeout);
+}
+
+std::chrono::steady_clock::time_point deadline_after(std::chrono::milliseconds timeout) {
+  return std::chrono::steady_clock::now() + clamp_timeout(timeout);
+}
+
+std::string describe_keys(const std::vector<std::string>& keys) {
+  constexpr std::size_t kShown = 10;
+  std::ostringstream os;
+  for (std::size_t i = 0; i < keys.size() && i < kShown; ++i) {
+    if (i > 0) os << ", ";
+    os << "'" << keys[i] << "'";
+  }
+  if (keys.size() > kShown) os << " ... (" << keys.size() - kShown << " more)";
+  return os.str();
+}
+
+std::int64_t add_to_counter(const std::string& key, const Bytes* current, std::int64_t delta) {
+  std::int64_t value = 0;
+  if (current != nullptr) {
+    const char* begin = current->data();
+    const char* end = begin + current->size();
+    auto [ptr, ec] = std::from_chars(begin, end, value);
+    if (current->empty() || ec != std::errc() || ptr != end) {
+      std::string shown(begin, std::min<std::size_t>(current->size(), 32));
+      throw StoreError("add on key '" + key + "': the stored value '" + shown +
+                       (current->size() > 32 ? "...'" : "'") +
+                       " is not a decimal 64-bit integer");
+    }
+  }
+  std::int64_t sum = 0;
+  if (__builtin_add_overflow(value, delta, &sum)) {
+    throw StoreError("add on key '" + key + "': " + std::to_string(value) + " + " +
+                     std::to_string(delta) + " overflows a 64-bit integer");
+  }
+  return sum;
+}
+
+Bytes counter_bytes(std::int64_t value) {
+  const std::string text = std::to_string(value);
+  return Bytes(text.begin(), text.end());
+}
+
+}  // namespace store_detail
+
+namespace {
+
+std::string barrier_key(const std::string& name, int rank) {
+  return "ddl/barrier/" + name + "/" + std::to_string(rank);
+}
+
+std::string join_ranks(const std::vector<int>& ranks) {
+  constexpr std::size_t kShown = 32;
+  std::ostringstream os;
+  for (std::size_t i = 0; i < ranks.size() && i < kShown; ++i) {
+    if (i > 0) os << ",";
+    os << ranks[i];
+  }
+  if (ranks.size() > kShown) os << ",... (" << ranks.size() - kShown << " more)";
+  return os.str();
+}
+
+}  // namespace
+
+void barrier(Store& store, const std::string& name, int rank, int world_size,
+             std::chrono::milliseconds timeout) {
+  if (world_size < 1 || rank < 0 || rank >= world_size) {
+    throw StoreError("barrier '" + name + "': rank " + std::to_string(rank) +
+                     " is outside a world of " + std::to_string(world_size));
+  }
+  // Arrival keys, not a shared counter: on a timeout they tell exactly which ranks came.
+  store.set(barrier_key(name, rank), Bytes{'1'});
+  std::vector<std::string> keys;
+  keys.reserve(static_cast<std::size_t>(world_size));
+  for (int r = 0; r < world_size; ++r) keys.push_back(barrier_key(name, r));
+  try {
+    store.wait(keys, timeout);
+  } catch (const StoreTimeout&) {
+    std::vector<int> arrived;
+    std::vector<int> missing;
+    for (int r = 0; r < world_size; ++r) {
+      (store.check({keys[static_cast<std::size_t>(r)]}) ? arrived : missing).push_back(r);
+    }
+    std::ostringstream os;
+    os << "barrier '" << name << "' timed out after " << timeout.count() << " ms: "
+       << arrived.size() << "/" << world_size << " ranks arrived (" << join_ranks(arrived)
+       << "); missing: " << join_ranks(missing);
+    throw StoreTimeout(os.str());
+  }
+}
+
+}  // namespace ddl

@@ -1,0 +1,64 @@
+// Key-value store used by the workers of one job to find each other (rendezvous) and to exchange
+// small blobs such as communicator addresses and the NCCL unique id.
+//
+// One interface, two implementations: `TcpStore` (store/tcp_store.h; rank 0 hosts the server,
+// every rank is a client) and `MemoryStore` (store/memory_store.h; one process, for tests and for
+// a world of one). The same test suite runs against both.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace ddl {
+
+using Bytes = std::vector<char>;
+
+// Any store failure: lost connection, refused handshake, protocol error. The message names the
+// endpoint, the key and what was expected.
+class StoreError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A wait that reached its deadline. The message names the keys still missing.
+class StoreTimeout : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
+
+class Store {
+ public:
+  // Used where a caller gives no timeout of its own.
+  static constexpr std::chrono::milliseconds kDefaultTimeout{300'000};
+
+  virtual ~Store() = default;
+
+  // Sets `key` to `value`, replacing any earlier value, and wakes every waiter on `key`.
+  virtual void set(const std::string& key, const Bytes& value) = 0;
+
+  // Returns the value of `key`, waiting up to `timeout` for it to be set.
+  // Throws StoreTimeout when it is not set in time.
+  virtual Bytes get(const std::string& key, std::chrono::milliseconds timeout) = 0;
+
+  // Atomically adds `delta` to the integer stored at `key` (absent counts as 0) and returns the
+  // new value. The value is stored as decimal text, so `get` on it reads e.g. "3".
+  virtual std::int64_t add(const std::string& key, std::int64_t delta) = 0;
+
+  // Returns true if every key in `keys` is set, without waiting.
+  virtual bool check(const std::vector<std::string>& keys) = 0;
+
+  // Waits until every key in `keys` is set. Throws StoreTimeout naming the missing keys when the
+  // deadline passes first.
+  virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
+};
+
+// Blocks until all `world_size` ranks have called barrier() with the same `name`, or throws
+// StoreTimeout naming the ranks that did not arrive within `timeout`. Each distinct barrier in a
+// job needs a distinct `name` (e.g. "init", "epoch/3").
+void barrier(Store& store, const std::string& name, int rank, int world_size,
+             std::chrono::milliseconds timeout);
+
+}  // namespace ddl

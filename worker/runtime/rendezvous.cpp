@@ -1,0 +1,57 @@
+// ParallelEnv and the store rendezvous.
+#include "worker/runtime/rendezvous.h"
+
+#include "store/memory_store.h"
+#include "store/tcp_store.h"
+
+namespace ddl {
+
+ParallelEnv ParallelEnv::from_process() { return from_env(env::current_environment()); }
+
+ParallelEnv ParallelEnv::from_env(const env::EnvMap& vars) {
+  ParallelEnv e;
+  e.contract = env::from_env(vars);
+  if (e.contract) {
+    e.rank = e.contract->rank;
+    e.world_size = e.contract->world_size;
+    e.local_rank = e.contract->local_rank;
+    e.gpu = e.contract->gpu;
+  } else if (auto g = env::lookup(vars, env::kSelectedGpus)) {
+    // Started by hand on one GPU: a world of one on the device the user chose.
+    e.gpu = env::parse_non_negative_int(*g, env::kSelectedGpus);
+  }
+  return e;
+}
+
+Rendezvous rendezvous(const ParallelEnv& env, std::optional<std::chrono::milliseconds> timeout) {
+  Rendezvous r;
+  if (!env.contract) {
+    if (env.world_size != 1 || env.rank != 0) {
+      throw env::EnvError("rank " + std::to_string(env.rank) + " of world size " +
+                          std::to_string(env.world_size) +
+                          " needs the worker contract (PADDLE_TRAINER_ENDPOINTS, ...) to find "
+                          "its peers; without it only a world of one can run");
+    }
+    r.store = std::make_unique<MemoryStore>();
+    return r;
+  }
+  const env::WorkerContract& c = *env.contract;
+  c.validate();
+  const auto deadline = timeout.value_or(c.rendezvous_timeout);
+  TcpStoreOptions options;
+  options.endpoint = c.endpoints.at(0);
+  // The launcher hands every generation its own job id ("<id>-g<restart>", generation_job_id in
+  // launcher/cluster/plan.h), so a worker left over from before a restart is refused by the new store.
+  options.job_id = c.job_id;
+  options.secret = c.secret;
+  options.rank = c.rank;
+  options.world_size = c.world_size;
+  options.connect_timeout = deadline;
+  if (c.rank == 0) r.store_server = std::make_shared<TcpStoreServer>(options);
+  r.store = std::make_unique<TcpStore>(options);
+  barrier(*r.store, "join", c.rank, c.world_size, deadline);
+  r.host = c.current.host;
+  return r;
+}
+
+}  // namespace ddl
