@@ -53,6 +53,40 @@ void MemoryStore::wait(const std::vector<std::string>& keys, std::chrono::millis
   }
 }
 
+bool MemoryStore::wait_for(const std::vector<std::string>& keys,
+                           std::chrono::milliseconds timeout) {
+  const auto deadline = deadline_after(timeout);
+  std::unique_lock<std::mutex> lock(mutex_);
+  return changed_.wait_until(lock, deadline, [&] { return missing_locked(keys).empty(); });
+}
+
+std::optional<Bytes> MemoryStore::compare_set(const std::string& key,
+                                              const std::optional<Bytes>& expected,
+                                              const Bytes& desired) {
+  std::optional<Bytes> now;
+  bool swapped = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = data_.find(key);
+    const bool matches = it == data_.end() ? !expected.has_value()
+                                           : expected.has_value() && it->second == *expected;
+    if (matches) {
+      data_[key] = desired;
+      swapped = true;
+      now = desired;
+    } else if (it != data_.end()) {
+      now = it->second;
+    }
+  }
+  if (swapped) changed_.notify_all();
+  return now;
+}
+
+bool MemoryStore::delete_key(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return data_.erase(key) > 0;
+}
+
 std::vector<std::string> MemoryStore::missing_locked(const std::vector<std::string>& keys) const {
   std::vector<std::string> missing;
   for (const auto& key : keys) {

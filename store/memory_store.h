@@ -24,6 +24,10 @@ class MemoryStore : public Store {
   std::int64_t add(const std::string& key, std::int64_t delta) override;
   bool check(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  bool wait_for(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  std::optional<Bytes> compare_set(const std::string& key, const std::optional<Bytes>& expected,
+                                   const Bytes& desired) override;
+  bool delete_key(const std::string& key) override;
 
  private:
   // Keys of `keys` not set yet. Caller holds mutex_.

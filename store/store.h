@@ -3,11 +3,13 @@
 //
 // One interface, two implementations: `TcpStore` (store/tcp_store.h; rank 0 hosts the server,
 // every rank is a client) and `MemoryStore` (store/memory_store.h; one process, for tests and for
-// a world of one). The same test suite runs against both.
+// a world of one). The same test suite runs against both. `PrefixStore` (store/prefix_store.h)
+// gives one user of a store its own key space.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -53,6 +55,21 @@ class Store {
   // Waits until every key in `keys` is set. Throws StoreTimeout naming the missing keys when the
   // deadline passes first.
   virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
+
+  // Like wait(), for callers that poll: returns true once every key is set, false when `timeout`
+  // passes first (never StoreTimeout). Other failures (a lost connection) still throw StoreError.
+  virtual bool wait_for(const std::vector<std::string>& keys,
+                        std::chrono::milliseconds timeout) = 0;
+
+  // Atomically: when `key` holds `expected` (nullopt: when `key` is absent), sets it to `desired`
+  // and wakes its waiters. Returns what `key` holds after the call (nullopt: absent), so the caller
+  // won the race exactly when the result equals `desired` and the key did not hold it before.
+  virtual std::optional<Bytes> compare_set(const std::string& key,
+                                           const std::optional<Bytes>& expected,
+                                           const Bytes& desired) = 0;
+
+  // Removes `key`; returns whether it was set. Waiters on it keep waiting for a new value.
+  virtual bool delete_key(const std::string& key) = 0;
 };
 
 // Blocks until all `world_size` ranks have called barrier() with the same `name`, or throws

@@ -1,10 +1,12 @@
 // The TCP rendezvous store (Boost.Asio). Rank 0 runs a `TcpStoreServer` on the first endpoint of
 // PADDLE_TRAINER_ENDPOINTS; every rank (rank 0 included) talks to it through a `TcpStore` client.
 //
-// Wire protocol (store/frame.h): every message is a frame with a magic header, a protocol version,
-// the job id and a payload length; frames above kMaxFrameBytes are refused. A new connection must
-// first send a hello frame with the job secret and its rank; the server drops, without disturbing
-// other clients, any connection that fails the handshake or sends anything malformed.
+// Transport: the framed protocol every service of a job shares (net/frame.h, net/server.h,
+// net/client.h): magic, protocol version, service, request id, job id, bounded payload. A new
+// connection must first send a hello with the job secret and its rank; the server drops, without
+// disturbing other clients, any connection that fails the handshake or sends anything malformed.
+// The store's own ops are in store/protocol.h. Server (tcp_store_server.cpp) and client
+// (tcp_store.cpp) live in separate files.
 #pragma once
 
 #include <chrono>
@@ -24,15 +26,13 @@ struct TcpStoreOptions {
   int rank = 0;               // this client's rank, for messages and the join report
   int world_size = 1;         // ranks expected to join, for the join report
   // Deadline for the first connection (server not up yet): retries with bounded backoff, logging
-  // at most every kConnectLogInterval which endpoint is not ready. Default 300 s.
+  // at most every 5 s which endpoint is not ready. Default 300 s.
   std::chrono::milliseconds connect_timeout{300'000};
   // Deadline for the handshake reply and for every reply beyond the request's own timeout (a
   // get or wait of T ms may take T + io_timeout): a store that stops answering is a StoreError,
   // never a hang. Default 60 s.
   std::chrono::milliseconds io_timeout{60'000};
 };
-
-inline constexpr std::chrono::milliseconds kConnectLogInterval{5'000};
 
 // Hosts the store. Move-only; the destructor stops the server thread and closes every connection.
 class TcpStoreServer {
@@ -73,6 +73,10 @@ class TcpStore : public Store {
   std::int64_t add(const std::string& key, std::int64_t delta) override;
   bool check(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  bool wait_for(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  std::optional<Bytes> compare_set(const std::string& key, const std::optional<Bytes>& expected,
+                                   const Bytes& desired) override;
+  bool delete_key(const std::string& key) override;
 
  private:
   class Impl;

@@ -1,19 +1,27 @@
-// libFuzzer target: the store's frame decoder and payload readers on hostile bytes.
+// libFuzzer target: the transport's frame decoder and the store's payload readers on hostile bytes.
 // Any input must yield frames or a ProtocolError; a crash, hang or sanitizer report is a bug.
 #include <cstddef>
 #include <cstdint>
 
-#include "store/frame.h"
+#include "net/frame.h"
+#include "store/protocol.h"
 
-using namespace ddl::frame;
+using namespace ddl::net;
+using ddl::store_protocol::Op;
 
 namespace {
 
 // Reads the payload the way the server would for the frame's op; malformed payloads throw.
 void read_payload(const Frame& f) {
-  PayloadReader r(f.payload, op_name(f.op));
-  switch (f.op) {
-    case Op::kHello: r.u32(); r.u32(); r.str(); break;
+  PayloadReader r(f.payload, ddl::store_protocol::op_name(f.op));
+  if (f.op == static_cast<std::uint8_t>(TransportOp::kHello)) {
+    r.u32();
+    r.u32();
+    r.str();
+    r.finish();
+    return;
+  }
+  switch (static_cast<Op>(f.op)) {
     case Op::kSet: r.str(); r.bytes(); break;
     case Op::kGet: r.str(); r.u64(); break;
     case Op::kAdd: r.str(); r.i64(); break;
@@ -21,9 +29,11 @@ void read_payload(const Frame& f) {
     case Op::kWait: {
       std::uint32_t n = r.u32();
       for (std::uint32_t i = 0; i < n; ++i) r.str();
-      if (f.op == Op::kWait) r.u64();
+      if (f.op == static_cast<std::uint8_t>(Op::kWait)) r.u64();
       break;
     }
+    case Op::kCompareSet: r.str(); if (r.u8() != 0) r.bytes(); r.bytes(); break;
+    case Op::kDelete: r.str(); break;
     default: return;
   }
   r.finish();

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include "tests/store/test_util.h"
 #include "store/memory_store.h"
+#include "store/prefix_store.h"
 #include "store/store.h"
 #include "store/tcp_store.h"
 
@@ -105,10 +107,20 @@ TYPED_TEST(StoreTest, GetWaitsForAValueSetLater) {
   auto getter = this->env_.client(0);
   auto setter = this->env_.client(1);
   Bytes got;
-  std::thread t([&] { got = getter->get("late", milliseconds(10'000)); });
+  std::atomic<bool> returned{false};
+  std::thread t([&] {
+    got = getter->get("late", milliseconds(10'000));
+    returned = true;
+  });
+  // The getter must still be blocked well after it started: the key does not exist yet.
+  std::this_thread::sleep_for(milliseconds(300));
+  EXPECT_FALSE(returned.load()) << "get returned before the key was set";
+  const auto set_at = std::chrono::steady_clock::now();
   setter->set("late", bytes("here"));
   t.join();
+  EXPECT_TRUE(returned.load());
   EXPECT_EQ(text(got), "here");
+  EXPECT_LT(elapsed_ms(set_at), kTimeoutSlackMs) << "the set did not wake the getter promptly";
 }
 
 TYPED_TEST(StoreTest, GetTimeoutIsHonoured) {
@@ -262,6 +274,106 @@ TYPED_TEST(StoreTest, BarrierTimeoutNamesTheMissingRank) {
   for (const auto& m : messages) {
     EXPECT_EQ(m, "barrier 'join' timed out after 300 ms: 2/3 ranks arrived (0,1); missing: 2");
   }
+}
+
+TYPED_TEST(StoreTest, WaitForSaysTrueOrFalseInsteadOfThrowing) {
+  auto store = this->env_.client(0);
+  auto other = this->env_.client(1);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(store->wait_for({"a", "b"}, milliseconds(200)));
+  EXPECT_GE(elapsed_ms(start), 200.0);
+  EXPECT_LT(elapsed_ms(start), 200.0 + kTimeoutSlackMs);
+  EXPECT_FALSE(store->wait_for({"a"}, milliseconds(0)));
+  other->set("a", bytes("1"));
+  std::thread later([&] {
+    std::this_thread::sleep_for(milliseconds(100));
+    other->set("b", bytes("2"));
+  });
+  EXPECT_TRUE(store->wait_for({"a", "b"}, milliseconds(10'000)));
+  later.join();
+  EXPECT_TRUE(store->wait_for({"a", "b"}, milliseconds(0)));
+}
+
+TYPED_TEST(StoreTest, CompareSetSwapsOnlyOnTheExpectedValue) {
+  auto store = this->env_.client(0);
+  // Absent key: only an "expect absent" swaps.
+  EXPECT_EQ(store->compare_set("k", bytes("x"), bytes("y")), std::nullopt);
+  EXPECT_FALSE(store->check({"k"}));
+  EXPECT_EQ(store->compare_set("k", std::nullopt, bytes("one")), bytes("one"));
+  // Present key: a wrong expectation returns the current value and changes nothing.
+  EXPECT_EQ(store->compare_set("k", std::nullopt, bytes("two")), bytes("one"));
+  EXPECT_EQ(store->compare_set("k", bytes("nope"), bytes("two")), bytes("one"));
+  EXPECT_EQ(text(store->get("k", milliseconds(1000))), "one");
+  EXPECT_EQ(store->compare_set("k", bytes("one"), bytes("two")), bytes("two"));
+  EXPECT_EQ(text(store->get("k", milliseconds(1000))), "two");
+  // Empty values are values, not absence.
+  EXPECT_EQ(store->compare_set("e", std::nullopt, Bytes{}), Bytes{});
+  EXPECT_EQ(store->compare_set("e", Bytes{}, bytes("full")), bytes("full"));
+}
+
+TYPED_TEST(StoreTest, CompareSetHasExactlyOneWinnerAmongRacers) {
+  constexpr int kRanks = 8;
+  std::vector<std::shared_ptr<Store>> clients;
+  for (int r = 0; r < kRanks; ++r) clients.push_back(this->env_.client(r));
+  std::atomic<int> winners{0};
+  auto errors = run_ranks(kRanks, [&](int r) {
+    const Bytes mine = bytes("rank " + std::to_string(r));
+    if (clients[r]->compare_set("leader", std::nullopt, mine) == mine) ++winners;
+  });
+  EXPECT_TRUE(errors.empty()) << errors.front();
+  EXPECT_EQ(winners.load(), 1);
+}
+
+TYPED_TEST(StoreTest, CompareSetWakesWaiters) {
+  auto waiter = this->env_.client(0);
+  auto setter = this->env_.client(1);
+  Bytes got;
+  std::thread t([&] { got = waiter->get("cas", milliseconds(10'000)); });
+  std::this_thread::sleep_for(milliseconds(100));
+  setter->compare_set("cas", std::nullopt, bytes("v"));
+  t.join();
+  EXPECT_EQ(text(got), "v");
+}
+
+TYPED_TEST(StoreTest, DeleteKeyRemovesItAndSaysWhetherItWasThere) {
+  auto store = this->env_.client(0);
+  auto other = this->env_.client(1);
+  EXPECT_FALSE(store->delete_key("gone"));
+  store->set("gone", bytes("x"));
+  EXPECT_TRUE(other->delete_key("gone"));
+  EXPECT_FALSE(store->check({"gone"}));
+  EXPECT_THROW(store->get("gone", milliseconds(0)), StoreTimeout);
+  EXPECT_EQ(store->add("gone", 5), 5);  // a deleted counter starts again from zero
+}
+
+TYPED_TEST(StoreTest, PrefixStoresAreSeparateKeySpacesOfOneStore) {
+  auto base = this->env_.client(0);
+  auto other = this->env_.client(1);
+  PrefixStore a(*base, "a");
+  PrefixStore b(*other, "b");
+  PrefixStore nested(a, "inner");
+  a.set("k", bytes("in a"));
+  b.set("k", bytes("in b"));
+  nested.set("k", bytes("in a/inner"));
+  EXPECT_EQ(text(base->get("a/k", milliseconds(1000))), "in a");
+  EXPECT_EQ(text(other->get("b/k", milliseconds(1000))), "in b");
+  EXPECT_EQ(text(base->get("a/inner/k", milliseconds(1000))), "in a/inner");
+  EXPECT_FALSE(base->check({"k"}));
+  EXPECT_EQ(a.add("n", 2), 2);
+  EXPECT_EQ(b.add("n", 3), 3);
+  EXPECT_TRUE(a.wait_for({"k", "n"}, milliseconds(0)));
+  EXPECT_FALSE(a.wait_for({"missing"}, milliseconds(0)));
+  EXPECT_EQ(a.compare_set("k", bytes("in a"), bytes("new")), bytes("new"));
+  EXPECT_TRUE(b.delete_key("k"));
+  EXPECT_FALSE(b.check({"k"}));
+  EXPECT_TRUE(a.check({"k"}));
+  try {
+    b.wait({"k"}, milliseconds(0));
+    FAIL() << "wait on a deleted key returned";
+  } catch (const StoreTimeout& e) {
+    EXPECT_NE(std::string(e.what()).find("'b/k'"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(PrefixStore(*base, ""), StoreError);
 }
 
 TYPED_TEST(StoreTest, BarrierRejectsARankOutsideTheWorld) {

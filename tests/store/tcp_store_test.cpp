@@ -13,7 +13,8 @@
 #include <vector>
 
 #include "tests/store/test_util.h"
-#include "store/frame.h"
+#include "net/frame.h"
+#include "store/protocol.h"
 #include "store/tcp_store.h"
 
 namespace ddl {
@@ -41,6 +42,18 @@ bool eventually(const std::function<bool()>& condition, milliseconds timeout = m
 }
 
 // A plain blocking socket for speaking (or breaking) the protocol by hand.
+using store_protocol::Op;
+constexpr std::uint8_t kHelloOp = static_cast<std::uint8_t>(net::TransportOp::kHello);
+constexpr std::uint8_t kHelloOkOp = static_cast<std::uint8_t>(net::TransportOp::kHelloOk);
+
+// A store frame as a client would send it, for raw sockets.
+Bytes raw_frame(std::uint8_t op, const std::string& job_id, const Bytes& payload) {
+  return net::encode(net::Frame{net::Service::kStore, op, 1, job_id, payload});
+}
+Bytes raw_frame(Op op, const std::string& job_id, const Bytes& payload) {
+  return raw_frame(store_protocol::byte(op), job_id, payload);
+}
+
 class RawSocket {
  public:
   explicit RawSocket(std::uint16_t port) {
@@ -84,8 +97,8 @@ class RawSocket {
   }
 
   // Reads one frame (blocking, for replies the test expects).
-  frame::Frame read_frame() {
-    frame::FrameDecoder decoder;
+  net::Frame read_frame() {
+    net::FrameDecoder decoder;
     char c;
     for (;;) {
       if (::recv(fd_, &c, 1, 0) != 1) throw std::runtime_error("raw socket: connection closed");
@@ -105,8 +118,8 @@ class RawSocket {
 };
 
 Bytes hello_frame(const TcpStoreOptions& o) {
-  return frame::encode(frame::Op::kHello, o.job_id,
-                       frame::PayloadWriter()
+  return raw_frame(kHelloOp, o.job_id,
+                       net::PayloadWriter()
                            .u32(static_cast<std::uint32_t>(o.rank))
                            .u32(static_cast<std::uint32_t>(o.world_size))
                            .str(o.secret)
@@ -225,7 +238,7 @@ TEST_F(TcpStoreTest, GarbageIsDroppedWhileRealClientsKeepWorking) {
 TEST_F(TcpStoreTest, OversizedFrameBeforeTheHandshakeIsDropped) {
   TcpStore real(client_options(0));
   // A well-formed header that announces 100 MB: refused from the header alone.
-  Bytes header = frame::encode(frame::Op::kHello, "job-test", Bytes{});
+  Bytes header = raw_frame(kHelloOp, "job-test", Bytes{});
   const std::uint32_t huge = 100u << 20;
   for (int i = 0; i < 4; ++i) header[header.size() - 4 + i] = static_cast<char>(huge >> (24 - 8 * i));
   RawSocket attacker(server_.port());
@@ -239,9 +252,9 @@ TEST_F(TcpStoreTest, OversizedFrameAfterTheHandshakeIsDropped) {
   TcpStore real(client_options(0));
   RawSocket raw(server_.port());
   raw.send(hello_frame(client_options(1)));
-  ASSERT_EQ(raw.read_frame().op, frame::Op::kHelloOk);
-  Bytes header = frame::encode(frame::Op::kSet, "job-test", Bytes{});
-  const auto over = static_cast<std::uint32_t>(frame::kMaxPayloadBytes + 1);
+  ASSERT_EQ(raw.read_frame().op, kHelloOkOp);
+  Bytes header = raw_frame(Op::kSet, "job-test", Bytes{});
+  const auto over = static_cast<std::uint32_t>(net::kMaxPayloadBytes + 1);
   for (int i = 0; i < 4; ++i) header[header.size() - 4 + i] = static_cast<char>(over >> (24 - 8 * i));
   raw.send(header);
   EXPECT_TRUE(raw.closed_by_peer());
@@ -265,9 +278,9 @@ TEST_F(TcpStoreTest, HalfAFrameThenCloseIsDropped) {
 TEST_F(TcpStoreTest, FrameOfAnotherJobAfterTheHandshakeIsDropped) {
   RawSocket raw(server_.port());
   raw.send(hello_frame(client_options(1)));
-  ASSERT_EQ(raw.read_frame().op, frame::Op::kHelloOk);
-  raw.send(frame::encode(frame::Op::kSet, "job-other",
-                         frame::PayloadWriter().str("k").str("v").take()));
+  ASSERT_EQ(raw.read_frame().op, kHelloOkOp);
+  raw.send(raw_frame(Op::kSet, "job-other",
+                         net::PayloadWriter().str("k").str("v").take()));
   EXPECT_TRUE(raw.closed_by_peer());
   EXPECT_TRUE(dropped_reaches(1));
   TcpStore real(client_options(0));
@@ -276,8 +289,8 @@ TEST_F(TcpStoreTest, FrameOfAnotherJobAfterTheHandshakeIsDropped) {
 
 TEST_F(TcpStoreTest, RequestBeforeHelloIsDropped) {
   RawSocket raw(server_.port());
-  raw.send(frame::encode(frame::Op::kSet, "job-test",
-                         frame::PayloadWriter().str("k").str("v").take()));
+  raw.send(raw_frame(Op::kSet, "job-test",
+                         net::PayloadWriter().str("k").str("v").take()));
   EXPECT_TRUE(raw.closed_by_peer());
   EXPECT_TRUE(dropped_reaches(1));
   TcpStore real(client_options(0));
@@ -287,8 +300,8 @@ TEST_F(TcpStoreTest, RequestBeforeHelloIsDropped) {
 TEST_F(TcpStoreTest, MalformedPayloadIsDropped) {
   RawSocket raw(server_.port());
   raw.send(hello_frame(client_options(1)));
-  ASSERT_EQ(raw.read_frame().op, frame::Op::kHelloOk);
-  raw.send(frame::encode(frame::Op::kGet, "job-test", Bytes{'\0', '\0'}));  // truncated key
+  ASSERT_EQ(raw.read_frame().op, kHelloOkOp);
+  raw.send(raw_frame(Op::kGet, "job-test", Bytes{'\0', '\0'}));  // truncated key
   EXPECT_TRUE(raw.closed_by_peer());
   EXPECT_TRUE(dropped_reaches(1));
 }
@@ -304,7 +317,7 @@ TEST_F(TcpStoreTest, LargeValuesRoundTrip) {
 
 TEST_F(TcpStoreTest, ValueOverTheFrameLimitFailsLocallyAndTheClientStaysUsable) {
   TcpStore store(client_options(0));
-  Bytes too_big(frame::kMaxPayloadBytes + 1);
+  Bytes too_big(net::kMaxPayloadBytes + 1);
   try {
     store.set("huge", too_big);
     FAIL() << "a value over the frame limit was sent";
@@ -376,7 +389,7 @@ TEST(TcpStoreConnectTest, ClientStartedBeforeTheServerConnectsOnceItIsUp) {
   });
   // Start the server only once the client has been turned away at least once.
   const bool retried =
-      eventually([&] { return log.sink().saw("rank 1: store at " + endpoint + " not ready yet, retrying ("); });
+      eventually([&] { return log.sink().saw("rank 1: the store at " + endpoint + " not ready yet, retrying ("); });
   std::unique_ptr<TcpStoreServer> server;
   if (retried) server = std::make_unique<TcpStoreServer>(loopback_options(port));
   client.join();

@@ -1,12 +1,17 @@
-// Wire protocol of the TCP rendezvous store.
+// The wire format every TCP service of a job speaks (the rendezvous store, and any later service
+// such as a parameter server): one framing, one handshake, one secret check, one set of size caps.
 //
 // Every message, both ways, is one frame (integers big-endian):
 //
 //   magic       4 bytes  "DDLS"
-//   version     u16      kProtocolVersion
+//   version     u16      kProtocolVersion (2; version 1 frames, which had no service or request
+//                        id, are refused with a message naming both versions)
+//   service     u8       a `Service`: which service the frame is for
+//   op          u8       what the frame asks or answers: the transport's own ops below
+//                        (kFirstServiceOp and up belong to the service)
+//   request id  u32      chosen by the client, echoed by the reply (0 for the handshake)
 //   job id len  u16      at most kMaxJobIdBytes
 //   job id      bytes
-//   op          u8       an `Op`
 //   payload len u32      at most the decoder's cap (kMaxPayloadBytes; kMaxHelloPayloadBytes before
 //                        the handshake, so an unauthenticated peer cannot make the server buffer
 //                        much)
@@ -21,64 +26,73 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
-#include "store/store.h"
+namespace ddl::net {
 
-namespace ddl::frame {
+using Bytes = std::vector<char>;
+
+// A transport failure: the peer cannot be reached, refused us, broke the protocol or went silent.
+// The message names the endpoint and what was expected.
+class NetError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 inline constexpr std::array<char, 4> kMagic{'D', 'D', 'L', 'S'};
-inline constexpr std::uint16_t kProtocolVersion = 1;
+inline constexpr std::uint16_t kProtocolVersion = 2;
 inline constexpr std::size_t kMaxJobIdBytes = 256;
 // Largest payload once a connection has completed the handshake (a value plus its key).
 inline constexpr std::size_t kMaxPayloadBytes = std::size_t{64} << 20;
 // Largest payload a connection may send before its hello was accepted.
 inline constexpr std::size_t kMaxHelloPayloadBytes = 4096;
-// Bytes before the job id, and between the job id and the payload.
-inline constexpr std::size_t kPrefixBytes = 8;   // magic, version, job id length
-inline constexpr std::size_t kTrailerBytes = 5;  // op, payload length
+// Bytes before the job id (magic, version, service, op, request id, job id length), and between
+// the job id and the payload (payload length).
+inline constexpr std::size_t kPrefixBytes = 14;
+inline constexpr std::size_t kTrailerBytes = 4;
 // Largest frame on the wire.
 inline constexpr std::size_t kMaxFrameBytes =
     kPrefixBytes + kMaxJobIdBytes + kTrailerBytes + kMaxPayloadBytes;
 
-enum class Op : std::uint8_t {
-  // Requests (client -> server). Payloads:
-  kHello = 1,  // u32 rank, u32 world size, str secret
-  kSet = 2,    // str key, str value
-  kGet = 3,    // str key, u64 timeout ms
-  kAdd = 4,    // str key, i64 delta
-  kCheck = 5,  // u32 n, n x str key
-  kWait = 6,   // u32 n, n x str key, u64 timeout ms
-  // Replies (server -> client).
-  kHelloOk = 64,  // (empty)
-  kRefused = 65,  // str reason; the server closes the connection after it
-  kOk = 66,       // (empty)
-  kValue = 67,    // str value
-  kInteger = 68,  // i64
-  kBool = 69,     // u8 0|1
-  kTimeout = 70,  // u32 n, n x str missing key
-  kError = 71,    // str message (the request failed; the connection stays usable)
+// The services of a job. A server serves one; a client names it in every frame, and a hello for
+// another service is refused.
+enum class Service : std::uint8_t {
+  kStore = 1,
+  kParameterServer = 2,
 };
+std::string service_name(Service service);  // "store", "parameter server", "service 9"
 
-bool is_known_op(std::uint8_t op);
-// "set", "get", ... ("op 17" for unknown values).
-std::string op_name(Op op);
+// The transport's own ops, the same for every service.
+enum class TransportOp : std::uint8_t {
+  kHello = 1,    // client -> server: u32 rank, u32 world size, str secret
+  kHelloOk = 2,  // (empty)
+  kRefused = 3,  // str reason; the server closes the connection after it
+  kError = 4,    // str message: the request failed, the connection stays usable
+};
+// Ops from here up are the service's own.
+inline constexpr std::uint8_t kFirstServiceOp = 16;
+
+// "hello", "hello-ok", "refused", "error"; "op N" for a service's op.
+std::string transport_op_name(std::uint8_t op);
 
 enum class ProtocolErrorKind {
   kBadMagic,
   kBadVersion,
   kJobIdTooLong,
-  kUnknownOp,
+  kUnknownOp,         // an op the service does not know
+  kWrongService,      // a frame for another service than the connection's
   kPayloadTooLarge,
   kMalformedPayload,  // a frame whose payload does not parse as its op requires
 };
 
 // A peer broke the protocol. The message says what was expected and what was seen.
-class ProtocolError : public StoreError {
+class ProtocolError : public NetError {
  public:
   ProtocolError(ProtocolErrorKind kind, const std::string& message)
-      : StoreError(message), kind_(kind) {}
+      : NetError(message), kind_(kind) {}
   ProtocolErrorKind kind() const { return kind_; }
 
  private:
@@ -86,14 +100,16 @@ class ProtocolError : public StoreError {
 };
 
 struct Frame {
-  Op op = Op::kOk;
+  Service service = Service::kStore;
+  std::uint8_t op = 0;
+  std::uint32_t request_id = 0;
   std::string job_id;
   Bytes payload;
 };
 
 // The whole frame as bytes. Throws ProtocolError (kJobIdTooLong / kPayloadTooLarge) when the
 // job id or payload exceed the protocol's limits.
-Bytes encode(Op op, std::string_view job_id, const Bytes& payload);
+Bytes encode(const Frame& frame);
 
 // Result of one FrameDecoder::feed call.
 struct DecodeStep {
@@ -175,4 +191,4 @@ class PayloadReader {
   std::size_t pos_ = 0;
 };
 
-}  // namespace ddl::frame
+}  // namespace ddl::net

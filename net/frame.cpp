@@ -1,10 +1,10 @@
-#include "store/frame.h"
+#include "net/frame.h"
 
 #include <algorithm>
 #include <cstring>
 #include <sstream>
 
-namespace ddl::frame {
+namespace ddl::net {
 namespace {
 
 std::uint16_t read_u16(const char* p) {
@@ -48,54 +48,49 @@ std::string show_bytes(const char* p, std::size_t n) {
 
 }  // namespace
 
-bool is_known_op(std::uint8_t op) {
-  return (op >= static_cast<std::uint8_t>(Op::kHello) && op <= static_cast<std::uint8_t>(Op::kWait)) ||
-         (op >= static_cast<std::uint8_t>(Op::kHelloOk) &&
-          op <= static_cast<std::uint8_t>(Op::kError));
+std::string service_name(Service service) {
+  switch (service) {
+    case Service::kStore: return "store";
+    case Service::kParameterServer: return "parameter server";
+  }
+  return "service " + std::to_string(static_cast<unsigned>(service));
 }
 
-std::string op_name(Op op) {
-  switch (op) {
-    case Op::kHello: return "hello";
-    case Op::kSet: return "set";
-    case Op::kGet: return "get";
-    case Op::kAdd: return "add";
-    case Op::kCheck: return "check";
-    case Op::kWait: return "wait";
-    case Op::kHelloOk: return "hello-ok";
-    case Op::kRefused: return "refused";
-    case Op::kOk: return "ok";
-    case Op::kValue: return "value";
-    case Op::kInteger: return "integer";
-    case Op::kBool: return "bool";
-    case Op::kTimeout: return "timeout";
-    case Op::kError: return "error";
+std::string transport_op_name(std::uint8_t op) {
+  switch (static_cast<TransportOp>(op)) {
+    case TransportOp::kHello: return "hello";
+    case TransportOp::kHelloOk: return "hello-ok";
+    case TransportOp::kRefused: return "refused";
+    case TransportOp::kError: return "error";
   }
   return "op " + std::to_string(static_cast<unsigned>(op));
 }
 
-Bytes encode(Op op, std::string_view job_id, const Bytes& payload) {
-  if (job_id.size() > kMaxJobIdBytes) {
+Bytes encode(const Frame& frame) {
+  if (frame.job_id.size() > kMaxJobIdBytes) {
     throw ProtocolError(ProtocolErrorKind::kJobIdTooLong,
-                        "job id is " + std::to_string(job_id.size()) +
-                            " bytes; the store protocol allows at most " +
+                        "job id is " + std::to_string(frame.job_id.size()) +
+                            " bytes; the protocol allows at most " +
                             std::to_string(kMaxJobIdBytes));
   }
-  if (payload.size() > kMaxPayloadBytes) {
+  if (frame.payload.size() > kMaxPayloadBytes) {
     throw ProtocolError(ProtocolErrorKind::kPayloadTooLarge,
-                        op_name(op) + " payload is " + std::to_string(payload.size()) +
-                            " bytes; the store protocol allows at most " +
+                        service_name(frame.service) + " " + transport_op_name(frame.op) +
+                            " payload is " + std::to_string(frame.payload.size()) +
+                            " bytes; the protocol allows at most " +
                             std::to_string(kMaxPayloadBytes));
   }
   Bytes out;
-  out.reserve(kPrefixBytes + job_id.size() + kTrailerBytes + payload.size());
+  out.reserve(kPrefixBytes + frame.job_id.size() + kTrailerBytes + frame.payload.size());
   out.insert(out.end(), kMagic.begin(), kMagic.end());
   append_be(out, kProtocolVersion, 2);
-  append_be(out, job_id.size(), 2);
-  out.insert(out.end(), job_id.begin(), job_id.end());
-  out.push_back(static_cast<char>(op));
-  append_be(out, payload.size(), 4);
-  out.insert(out.end(), payload.begin(), payload.end());
+  out.push_back(static_cast<char>(frame.service));
+  out.push_back(static_cast<char>(frame.op));
+  append_be(out, frame.request_id, 4);
+  append_be(out, frame.job_id.size(), 2);
+  out.insert(out.end(), frame.job_id.begin(), frame.job_id.end());
+  append_be(out, frame.payload.size(), 4);
+  out.insert(out.end(), frame.payload.begin(), frame.payload.end());
   return out;
 }
 
@@ -149,16 +144,23 @@ DecodeStep FrameDecoder::feed(const char* data, std::size_t size) {
         const std::uint16_t version = read_u16(prefix_.data() + 4);
         if (version != kProtocolVersion) {
           return fail(pos, ProtocolErrorKind::kBadVersion,
-                      "unsupported store protocol version " + std::to_string(version) +
-                          ", expected " + std::to_string(kProtocolVersion));
+                      "unsupported protocol version " + std::to_string(version) +
+                          ", expected " + std::to_string(kProtocolVersion) +
+                          (version < kProtocolVersion
+                               ? " (the peer runs an older ddlaunch: use the same build on every "
+                                 "node)"
+                               : " (the peer runs a newer ddlaunch)"));
         }
-        job_id_length_ = read_u16(prefix_.data() + 6);
+        frame_ = Frame{};
+        frame_.service = static_cast<Service>(static_cast<std::uint8_t>(prefix_[6]));
+        frame_.op = static_cast<std::uint8_t>(prefix_[7]);
+        frame_.request_id = read_u32(prefix_.data() + 8);
+        job_id_length_ = read_u16(prefix_.data() + 12);
         if (job_id_length_ > kMaxJobIdBytes) {
           return fail(pos, ProtocolErrorKind::kJobIdTooLong,
                       "frame job id is " + std::to_string(job_id_length_) +
                           " bytes, the limit is " + std::to_string(kMaxJobIdBytes));
         }
-        frame_ = Frame{};
         frame_.job_id.reserve(job_id_length_);
         have_ = 0;
         stage_ = Stage::kJobId;
@@ -177,16 +179,10 @@ DecodeStep FrameDecoder::feed(const char* data, std::size_t size) {
         have_ += n;
         pos += n;
         if (have_ < kTrailerBytes) break;
-        const auto op = static_cast<std::uint8_t>(prefix_[0]);
-        if (!is_known_op(op)) {
-          return fail(pos, ProtocolErrorKind::kUnknownOp,
-                      "unknown frame op " + std::to_string(op));
-        }
-        frame_.op = static_cast<Op>(op);
-        payload_length_ = read_u32(prefix_.data() + 1);
+        payload_length_ = read_u32(prefix_.data());
         if (payload_length_ > max_payload_bytes_) {
           return fail(pos, ProtocolErrorKind::kPayloadTooLarge,
-                      op_name(frame_.op) + " frame declares a payload of " +
+                      transport_op_name(frame_.op) + " frame declares a payload of " +
                           std::to_string(payload_length_) + " bytes, the limit here is " +
                           std::to_string(max_payload_bytes_));
         }
@@ -279,4 +275,4 @@ void PayloadReader::finish() const {
   }
 }
 
-}  // namespace ddl::frame
+}  // namespace ddl::net

@@ -1,16 +1,30 @@
-// The wire protocol: encoding, incremental decoding across arbitrary chunk boundaries, and the
-// typed errors for every kind of bad input.
+// The transport's wire format: encoding, incremental decoding across arbitrary chunk boundaries,
+// and the typed errors for every kind of bad input (old protocol versions included).
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "store/frame.h"
+#include "net/frame.h"
 
-namespace ddl::frame {
+namespace ddl::net {
 namespace {
 
 Bytes bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
+
+// Ops for the tests: the transport's own, and two a service might define.
+constexpr std::uint8_t kHello = static_cast<std::uint8_t>(TransportOp::kHello);
+constexpr std::uint8_t kServiceOp = kFirstServiceOp;
+constexpr std::uint8_t kReplyOp = 64;
+
+Frame make(std::uint8_t op, const std::string& job_id, Bytes payload = {},
+           std::uint32_t request_id = 0, Service service = Service::kStore) {
+  return Frame{service, op, request_id, job_id, std::move(payload)};
+}
+
+Bytes encode(std::uint8_t op, const std::string& job_id, const Bytes& payload) {
+  return net::encode(make(op, job_id, payload));
+}
 
 // Feeds `input` to `decoder` in chunks of `chunk` bytes; collects frames, stops at an error.
 struct Decoded {
@@ -54,21 +68,21 @@ void set_u16(Bytes& b, std::size_t at, std::uint16_t v) {
 }
 
 void set_payload_length(Bytes& frame_bytes, std::size_t job_id_length, std::uint32_t v) {
-  const std::size_t at = kPrefixBytes + job_id_length + 1;
+  const std::size_t at = kPrefixBytes + job_id_length;
   for (int i = 0; i < 4; ++i) frame_bytes[at + i] = static_cast<char>(v >> (24 - 8 * i));
 }
 
 TEST(FrameTest, FramesSurviveEveryChunkBoundary) {
   const Bytes binary{'\0', '\xff', 'D', 'D', 'L', 'S', '\n'};
   const std::vector<Frame> sent{
-      {Op::kHello, "job-a", PayloadWriter().u32(3).u32(4).str("secret").take()},
-      {Op::kSet, "job-a", PayloadWriter().str("key").str(binary).take()},
-      {Op::kOk, "", {}},
-      {Op::kInteger, std::string(kMaxJobIdBytes, 'j'), PayloadWriter().i64(-42).take()},
+      make(kHello, "job-a", PayloadWriter().u32(3).u32(4).str("secret").take()),
+      make(kServiceOp, "job-a", PayloadWriter().str("key").str(binary).take(), 7),
+      make(kReplyOp, "", {}, 0xfffffffeu, Service::kParameterServer),
+      make(kReplyOp, std::string(kMaxJobIdBytes, 'j'), PayloadWriter().i64(-42).take(), 9),
   };
   Bytes stream;
   for (const auto& f : sent) {
-    Bytes b = encode(f.op, f.job_id, f.payload);
+    Bytes b = net::encode(f);
     stream.insert(stream.end(), b.begin(), b.end());
   }
   for (std::size_t chunk = 1; chunk <= stream.size(); ++chunk) {
@@ -78,6 +92,8 @@ TEST(FrameTest, FramesSurviveEveryChunkBoundary) {
     ASSERT_EQ(d.frames.size(), sent.size()) << "chunk " << chunk;
     for (std::size_t i = 0; i < sent.size(); ++i) {
       EXPECT_EQ(d.frames[i].op, sent[i].op);
+      EXPECT_EQ(d.frames[i].service, sent[i].service);
+      EXPECT_EQ(d.frames[i].request_id, sent[i].request_id);
       EXPECT_EQ(d.frames[i].job_id, sent[i].job_id);
       EXPECT_EQ(d.frames[i].payload, sent[i].payload);
     }
@@ -86,9 +102,9 @@ TEST(FrameTest, FramesSurviveEveryChunkBoundary) {
 }
 
 TEST(FrameTest, FeedStopsAtTheEndOfEachFrame) {
-  Bytes two = encode(Op::kOk, "j", {});
+  Bytes two = encode(kReplyOp, "j", {});
   const std::size_t one_size = two.size();
-  Bytes second = encode(Op::kBool, "j", Bytes{'\1'});
+  Bytes second = encode(kServiceOp, "j", Bytes{'\1'});
   two.insert(two.end(), second.begin(), second.end());
   FrameDecoder decoder;
   DecodeStep step = decoder.feed(two.data(), two.size());
@@ -96,7 +112,7 @@ TEST(FrameTest, FeedStopsAtTheEndOfEachFrame) {
   EXPECT_EQ(step.consumed, one_size);
   step = decoder.feed(two.data() + one_size, two.size() - one_size);
   ASSERT_TRUE(step.frame);
-  EXPECT_EQ(step.frame->op, Op::kBool);
+  EXPECT_EQ(step.frame->op, kServiceOp);
 }
 
 TEST(FrameTest, BadMagicIsRefusedAtTheFirstWrongByte) {
@@ -115,17 +131,28 @@ TEST(FrameTest, BadMagicIsRefusedAtTheFirstWrongByte) {
 }
 
 TEST(FrameTest, OtherProtocolVersionIsRefused) {
-  Bytes b = encode(Op::kOk, "job", {});
+  Bytes b = encode(kReplyOp, "job", {});
   set_u16(b, 4, kProtocolVersion + 1);
   Decoded d = decode_all(b);
   ASSERT_TRUE(d.error);
   EXPECT_EQ(d.error->kind(), ProtocolErrorKind::kBadVersion);
-  EXPECT_NE(std::string(d.error->what()).find("version 2, expected 1"), std::string::npos)
+  EXPECT_NE(std::string(d.error->what()).find("version 3, expected 2"), std::string::npos)
       << d.error->what();
 }
 
+TEST(FrameTest, AVersionOneFrameIsRefusedAsAnOlderPeer) {
+  // What a version 1 store client sent first: magic, version 1, job id, op hello, payload.
+  Bytes v1{'D', 'D', 'L', 'S', 0, 1, 0, 3, 'j', 'o', 'b', 1, 0, 0, 0, 0};
+  Decoded d = decode_all(v1);
+  ASSERT_TRUE(d.error);
+  EXPECT_EQ(d.error->kind(), ProtocolErrorKind::kBadVersion);
+  const std::string what = d.error->what();
+  EXPECT_NE(what.find("version 1, expected 2"), std::string::npos) << what;
+  EXPECT_NE(what.find("older ddlaunch"), std::string::npos) << what;
+}
+
 TEST(FrameTest, OversizedPayloadIsRefusedFromTheHeaderAlone) {
-  Bytes b = encode(Op::kHello, "job", {});
+  Bytes b = encode(kHello, "job", {});
   set_payload_length(b, 3, kMaxHelloPayloadBytes + 1);  // no payload bytes follow
   Decoded d = decode_all(b, kMaxHelloPayloadBytes);
   ASSERT_TRUE(d.error);
@@ -140,7 +167,7 @@ TEST(FrameTest, OversizedPayloadIsRefusedFromTheHeaderAlone) {
 
 TEST(FrameTest, RaisingTheCapAdmitsLargerPayloads) {
   Bytes payload(kMaxHelloPayloadBytes + 10, 'x');
-  Bytes b = encode(Op::kSet, "job", payload);
+  Bytes b = encode(kServiceOp, "job", payload);
   FrameDecoder decoder(kMaxHelloPayloadBytes);
   decoder.set_max_payload_bytes(kMaxPayloadBytes);
   Decoded d = decode_in_chunks(decoder, b, 1000);
@@ -152,20 +179,16 @@ TEST(FrameTest, RaisingTheCapAdmitsLargerPayloads) {
 }
 
 TEST(FrameTest, LongJobIdIsRefused) {
-  Bytes b = encode(Op::kOk, "job", {});
-  set_u16(b, 6, kMaxJobIdBytes + 1);
+  Bytes b = encode(kReplyOp, "job", {});
+  set_u16(b, 12, kMaxJobIdBytes + 1);
   Decoded d = decode_all(b);
   ASSERT_TRUE(d.error);
   EXPECT_EQ(d.error->kind(), ProtocolErrorKind::kJobIdTooLong);
-  EXPECT_THROW(encode(Op::kOk, std::string(kMaxJobIdBytes + 1, 'j'), {}), ProtocolError);
+  EXPECT_THROW(encode(kReplyOp, std::string(kMaxJobIdBytes + 1, 'j'), {}), ProtocolError);
 }
 
-TEST(FrameTest, UnknownOpIsRefused) {
-  Bytes b = encode(Op::kOk, "job", {});
-  b[kPrefixBytes + 3] = static_cast<char>(200);
-  Decoded d = decode_all(b);
-  ASSERT_TRUE(d.error);
-  EXPECT_EQ(d.error->kind(), ProtocolErrorKind::kUnknownOp);
+TEST(FrameTest, EncodeRefusesOversizedPayloads) {
+  EXPECT_THROW(encode(kServiceOp, "job", Bytes(kMaxPayloadBytes + 1)), ProtocolError);
 }
 
 TEST(FrameTest, DecoderStaysFailedAfterAnError) {
@@ -173,7 +196,7 @@ TEST(FrameTest, DecoderStaysFailedAfterAnError) {
   Bytes junk = bytes("xx");
   DecodeStep first = decoder.feed(junk.data(), junk.size());
   ASSERT_TRUE(first.error);
-  Bytes good = encode(Op::kOk, "job", {});
+  Bytes good = encode(kReplyOp, "job", {});
   DecodeStep again = decoder.feed(good.data(), good.size());
   ASSERT_TRUE(again.error);
   EXPECT_EQ(again.consumed, 0u);
@@ -182,7 +205,7 @@ TEST(FrameTest, DecoderStaysFailedAfterAnError) {
 }
 
 TEST(FrameTest, MidFrameTellsAPartialFrameFromABoundary) {
-  Bytes b = encode(Op::kSet, "job", PayloadWriter().str("k").str("v").take());
+  Bytes b = encode(kServiceOp, "job", PayloadWriter().str("k").str("v").take());
   FrameDecoder decoder;
   EXPECT_FALSE(decoder.mid_frame());
   decoder.feed(b.data(), 1);
@@ -218,4 +241,4 @@ TEST(FrameTest, PayloadReaderChecksLengths) {
 }
 
 }  // namespace
-}  // namespace ddl::frame
+}  // namespace ddl::net

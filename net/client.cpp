@@ -1,0 +1,300 @@
+#include "net/client.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <boost/asio.hpp>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+namespace ddl::net {
+namespace {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using boost::system::error_code;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr milliseconds kFirstBackoff{10};
+// Longest wait honoured; longer ones are clamped so deadline arithmetic cannot overflow.
+constexpr milliseconds kMaxWait{std::chrono::hours(24 * 365)};
+
+Clock::time_point deadline_after(milliseconds timeout) {
+  return Clock::now() + std::clamp(timeout, milliseconds(0), kMaxWait);
+}
+
+std::uint8_t op_byte(TransportOp op) { return static_cast<std::uint8_t>(op); }
+
+}  // namespace
+
+// One blocking connection; every read and write runs on a private io_context with a deadline
+// (run_until), so no call can block past its deadline.
+class FramedClient::Impl {
+ public:
+  explicit Impl(const ClientOptions& options)
+      : options_(options), where_(options.endpoint.str()) {
+    connect_with_retry();
+    handshake();
+  }
+
+  Frame request(std::uint8_t op, const Bytes& payload, milliseconds wait,
+                const std::vector<std::uint8_t>& expected, const std::string& what);
+
+  const ClientOptions& options() const { return options_; }
+  std::string prefix() const { return "rank " + std::to_string(options_.rank) + ": "; }
+  std::string context() const { return prefix() + options_.server_name + " at " + where_; }
+
+ private:
+  template <class Cancel>
+  bool run_until(Clock::time_point deadline, const bool& done, Cancel cancel);
+  std::optional<std::string> try_connect(Clock::time_point deadline);
+  void connect_with_retry();
+  void handshake();
+  void write_frame(const Bytes& bytes, Clock::time_point deadline, const std::string& what);
+  Frame read_frame(Clock::time_point deadline, const std::string& what);
+  [[noreturn]] void fail_connection(const std::string& message);
+  Bytes encode_or_throw(std::uint8_t op, std::uint32_t request_id, const Bytes& payload,
+                        const std::string& what) const;
+
+  ClientOptions options_;
+  std::string where_;
+  std::mutex mutex_;
+  asio::io_context io_;
+  tcp::socket socket_{io_};
+  FrameDecoder decoder_;
+  std::vector<char> rx_ = std::vector<char>(64 * 1024);
+  std::size_t rx_begin_ = 0;
+  std::size_t rx_end_ = 0;
+  std::uint32_t next_request_id_ = 1;
+  std::optional<std::string> broken_;  // why the connection is unusable
+};
+
+// True when the operation finished by `deadline`; false when the deadline came first (the
+// operation is then cancelled, and its handler has run by the time this returns).
+template <class Cancel>
+bool FramedClient::Impl::run_until(Clock::time_point deadline, const bool& done, Cancel cancel) {
+  io_.restart();
+  io_.run_until(deadline);
+  if (done) return true;
+  cancel();
+  io_.restart();
+  io_.run();  // lets the cancelled operation's handler run, so nothing refers to our locals
+  return false;
+}
+
+std::optional<std::string> FramedClient::Impl::try_connect(Clock::time_point deadline) {
+  tcp::resolver resolver(io_);
+  bool done = false;
+  error_code ec;
+  tcp::resolver::results_type results;
+  resolver.async_resolve(options_.endpoint.host, std::to_string(options_.endpoint.port),
+                         tcp::resolver::numeric_service,
+                         [&](const error_code& e, tcp::resolver::results_type r) {
+                           ec = e;
+                           results = std::move(r);
+                           done = true;
+                         });
+  if (!run_until(deadline, done, [&] { resolver.cancel(); })) return "name resolution timed out";
+  if (ec) return "cannot resolve '" + options_.endpoint.host + "': " + ec.message();
+
+  error_code ignored;
+  socket_.close(ignored);
+  socket_ = tcp::socket(io_);
+  done = false;
+  asio::async_connect(socket_, results, [&](const error_code& e, const tcp::endpoint&) {
+    ec = e;
+    done = true;
+  });
+  if (!run_until(deadline, done, [&] { socket_.close(ignored); })) return "connect timed out";
+  if (ec) return ec.message();
+  socket_.set_option(tcp::no_delay(true), ignored);
+  return std::nullopt;
+}
+
+void FramedClient::Impl::connect_with_retry() {
+  const auto deadline = deadline_after(options_.connect_timeout);
+  milliseconds backoff = kFirstBackoff;
+  std::optional<Clock::time_point> last_log;
+  for (;;) {
+    std::optional<std::string> error = try_connect(deadline);
+    if (!error) return;
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      throw NetError(prefix() + "could not reach " + options_.server_name + " at " + where_ +
+                     " (hosted by " + options_.server_host_hint + ") within " +
+                     std::to_string(options_.connect_timeout.count()) + " ms: " + *error);
+    }
+    if (!last_log || now - *last_log >= kConnectLogInterval) {
+      const auto left = std::chrono::ceil<std::chrono::seconds>(deadline - now);
+      spdlog::info("rank {}: {} at {} not ready yet, retrying ({}s left)", options_.rank,
+                   options_.server_name, where_, left.count());
+      last_log = now;
+    }
+    const auto pause = std::min<Clock::duration>(backoff, deadline - now);
+    std::this_thread::sleep_for(pause);
+    backoff = std::min(backoff * 2, kMaxConnectBackoff);
+  }
+}
+
+Bytes FramedClient::Impl::encode_or_throw(std::uint8_t op, std::uint32_t request_id,
+                                          const Bytes& payload, const std::string& what) const {
+  try {
+    return encode(Frame{options_.service, op, request_id, options_.job_id, payload});
+  } catch (const ProtocolError& e) {
+    throw NetError(prefix() + what + " on " + options_.server_name + " at " + where_ + ": " +
+                   e.what());
+  }
+}
+
+void FramedClient::Impl::handshake() {
+  const std::string what = "the handshake";
+  PayloadWriter w;
+  w.u32(static_cast<std::uint32_t>(options_.rank))
+      .u32(static_cast<std::uint32_t>(options_.world_size))
+      .str(options_.secret);
+  const Bytes hello = encode_or_throw(op_byte(TransportOp::kHello), 0, w.take(), what);
+  const auto deadline = deadline_after(options_.io_timeout);
+  write_frame(hello, deadline, what);
+  Frame reply = read_frame(deadline, what);
+  if (reply.op == op_byte(TransportOp::kRefused)) {
+    std::string reason = "(no reason given)";
+    try {
+      PayloadReader r(reply.payload, "refused");
+      reason = r.str();
+    } catch (const ProtocolError&) {
+    }
+    broken_ = "refused";
+    throw RefusedError(prefix() + options_.server_name + " at " + where_ +
+                       " refused this client: " + reason +
+                       "; check DDL_JOB_ID and DDL_JOB_SECRET");
+  }
+  if (reply.op != op_byte(TransportOp::kHelloOk) || reply.job_id != options_.job_id ||
+      reply.service != options_.service) {
+    fail_connection(prefix() + "the peer at " + where_ + " answered the hello with " +
+                    transport_op_name(reply.op) + " of the " + service_name(reply.service) +
+                    " for job '" + reply.job_id + "'; expected hello-ok of the " +
+                    service_name(options_.service) + " for job '" + options_.job_id + "'");
+  }
+}
+
+void FramedClient::Impl::fail_connection(const std::string& message) {
+  broken_ = message;
+  error_code ignored;
+  socket_.close(ignored);
+  throw NetError(message);
+}
+
+void FramedClient::Impl::write_frame(const Bytes& bytes, Clock::time_point deadline,
+                                     const std::string& what) {
+  bool done = false;
+  error_code ec;
+  asio::async_write(socket_, asio::buffer(bytes), [&](const error_code& e, std::size_t) {
+    ec = e;
+    done = true;
+  });
+  error_code ignored;
+  if (!run_until(deadline, done, [&] { socket_.close(ignored); })) {
+    fail_connection(prefix() + "timed out sending " + what + " to " + options_.server_name +
+                    " at " + where_);
+  }
+  if (ec) {
+    fail_connection(prefix() + "lost the connection to " + options_.server_name + " at " +
+                    where_ + " during " + what + ": " + ec.message());
+  }
+}
+
+Frame FramedClient::Impl::read_frame(Clock::time_point deadline, const std::string& what) {
+  for (;;) {
+    while (rx_begin_ < rx_end_) {
+      DecodeStep step = decoder_.feed(rx_.data() + rx_begin_, rx_end_ - rx_begin_);
+      rx_begin_ += step.consumed;
+      if (step.error) {
+        fail_connection(prefix() + options_.server_name + " at " + where_ +
+                        " sent a malformed reply to " + what + ": " + step.error->what());
+      }
+      if (step.frame) return std::move(*step.frame);
+    }
+    rx_begin_ = rx_end_ = 0;
+    bool done = false;
+    error_code ec;
+    std::size_t n = 0;
+    socket_.async_read_some(asio::buffer(rx_), [&](const error_code& e, std::size_t count) {
+      ec = e;
+      n = count;
+      done = true;
+    });
+    error_code ignored;
+    if (!run_until(deadline, done, [&] { socket_.close(ignored); })) {
+      fail_connection(prefix() + options_.server_name + " at " + where_ + " did not answer " +
+                      what + " in time (no reply by the deadline)");
+    }
+    if (ec) {
+      fail_connection(prefix() + "lost the connection to " + options_.server_name + " at " +
+                      where_ + " during " + what + ": " +
+                      (ec == asio::error::eof ? std::string("the server closed the connection")
+                                              : ec.message()));
+    }
+    rx_end_ = n;
+  }
+}
+
+Frame FramedClient::Impl::request(std::uint8_t op, const Bytes& payload, milliseconds wait,
+                                  const std::vector<std::uint8_t>& expected,
+                                  const std::string& what) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (broken_) {
+    throw NetError(prefix() + "cannot " + what + ": the connection to " + options_.server_name +
+                   " at " + where_ + " failed earlier (" + *broken_ + ")");
+  }
+  const std::uint32_t id = next_request_id_++;
+  if (next_request_id_ == 0) next_request_id_ = 1;  // 0 belongs to the handshake
+  const Bytes bytes = encode_or_throw(op, id, payload, what);
+  const auto reply_deadline = deadline_after(std::min(wait, kMaxWait) + options_.io_timeout);
+  write_frame(bytes, reply_deadline, what);
+  Frame reply = read_frame(reply_deadline, what);
+  if (reply.job_id != options_.job_id || reply.service != options_.service) {
+    fail_connection(prefix() + options_.server_name + " at " + where_ + " answered " + what +
+                    " for job '" + reply.job_id + "' of the " + service_name(reply.service) +
+                    ", expected job '" + options_.job_id + "'");
+  }
+  if (reply.request_id != id) {
+    fail_connection(prefix() + options_.server_name + " at " + where_ + " answered request " +
+                    std::to_string(reply.request_id) + " while " + what + " (request " +
+                    std::to_string(id) + ") was waiting");
+  }
+  if (reply.op == op_byte(TransportOp::kError)) {
+    std::string message;
+    try {
+      PayloadReader r(reply.payload, "error");
+      message = r.str();
+    } catch (const ProtocolError& e) {
+      fail_connection(context() + ": " + e.what());
+    }
+    throw RequestFailed(prefix() + options_.server_name + " at " + where_ + " refused " + what +
+                        ": " + message);
+  }
+  if (std::find(expected.begin(), expected.end(), reply.op) == expected.end()) {
+    fail_connection(prefix() + options_.server_name + " at " + where_ + " answered " + what +
+                    " with a " + transport_op_name(reply.op) + " frame");
+  }
+  return reply;
+}
+
+FramedClient::FramedClient(const ClientOptions& options)
+    : impl_(std::make_unique<Impl>(options)) {}
+FramedClient::~FramedClient() = default;
+FramedClient::FramedClient(FramedClient&&) noexcept = default;
+FramedClient& FramedClient::operator=(FramedClient&&) noexcept = default;
+
+Frame FramedClient::request(std::uint8_t op, const Bytes& payload, milliseconds wait,
+                            const std::vector<std::uint8_t>& expected,
+                            const std::string& what) {
+  return impl_->request(op, payload, wait, expected, what);
+}
+std::string FramedClient::prefix() const { return impl_->prefix(); }
+std::string FramedClient::context() const { return impl_->context(); }
+const ClientOptions& FramedClient::options() const { return impl_->options(); }
+
+}  // namespace ddl::net

@@ -1,0 +1,85 @@
+// The server half of the framed transport (net/frame.h): accepts connections on one endpoint,
+// runs the handshake (job id, secret, service) and the size caps, and hands every request of an
+// authenticated connection to the `ServiceHandler` of the service it serves. Everything a service does runs on the
+// server's one thread, so a service needs no locks of its own.
+//
+// The store (store/tcp_store.h) is one such service; a parameter server is another.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "env/contract.h"
+#include "net/frame.h"
+
+namespace ddl::net {
+
+// A connection that completed the handshake, as a service sees it. Server thread only.
+class Connection {
+ public:
+  virtual ~Connection() = default;
+  // Queues the reply to the request `request_id`. Ignored once the connection is closed.
+  virtual void reply(std::uint32_t request_id, std::uint8_t op, Bytes payload) = 0;
+  // Counts the connection as dropped (a peer that broke the protocol), logs why, closes it.
+  virtual void drop(const std::string& reason) = 0;
+  virtual bool closed() const = 0;
+  virtual const std::string& peer() const = 0;  // "127.0.0.1:50412"
+  virtual int rank() const = 0;                 // what the client's hello said
+};
+
+// What a server serves. Every call runs on the server thread.
+class ServiceHandler {
+ public:
+  virtual ~ServiceHandler() = default;
+  // A request from an authenticated connection (its job id already checked). Reply through
+  // `connection` now or later (keep a weak_ptr: it may close meanwhile). Throwing ProtocolError
+  // (a malformed payload, an unknown op) drops the connection; any other exception is logged and
+  // drops it too; nothing escapes into the server loop.
+  virtual void on_request(const std::shared_ptr<Connection>& connection, Frame&& request) = 0;
+  // `connection` closed (by the peer, a drop, or the server stopping): forget what it waits for.
+  virtual void on_close(Connection& connection) = 0;
+  // The server is stopping; cancel timers. Called once, before every connection is closed.
+  virtual void on_stop() {}
+};
+
+struct ServerOptions {
+  env::Endpoint endpoint;     // where to listen; port 0 binds an ephemeral port
+  std::string job_id;         // frames carrying another job id are refused
+  std::string secret;         // clients must present it; empty admits any client of the job id
+  Service service = Service::kStore;  // hellos for another service are refused
+  std::string name = "server";  // for log lines and errors: "store", "parameter server 1"
+  int rank = 0;                  // the hosting rank, for errors
+  // A connection must complete its hello within this time or it is dropped (a port probe that
+  // connects and says nothing must not hold a slot forever).
+  std::chrono::milliseconds handshake_timeout{30'000};
+};
+
+// Serves one endpoint on a background thread. Move-only; the destructor stops the thread, calls
+// the handler's on_stop and closes every connection.
+class FramedServer {
+ public:
+  // Binds and starts serving; throws NetError naming the endpoint and the system error when it
+  // cannot bind. `make_service` is called once, before the thread starts, with the server's
+  // io_context (for the service's timers); the server owns what it returns.
+  using ServiceFactory = std::function<std::unique_ptr<ServiceHandler>(boost::asio::io_context&)>;
+  FramedServer(const ServerOptions& options, const ServiceFactory& make_service);
+  ~FramedServer();
+  FramedServer(FramedServer&&) noexcept;
+  FramedServer& operator=(FramedServer&&) noexcept;
+  FramedServer(const FramedServer&) = delete;
+  FramedServer& operator=(const FramedServer&) = delete;
+
+  std::uint16_t port() const;
+  // Connections dropped so far for failing the handshake or breaking the protocol (for tests).
+  std::size_t dropped_connections() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ddl::net

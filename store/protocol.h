@@ -1,0 +1,60 @@
+// The store's ops on the framed transport (net/frame.h, service kStore). Private to store/.
+//
+// Request payloads (client -> server):
+//   set          str key, str value                    -> ok
+//   get          str key, u64 timeout ms               -> value | timeout
+//   add          str key, i64 delta                    -> integer | (transport) error
+//   check        u32 n, n x str key                    -> bool
+//   wait         u32 n, n x str key, u64 timeout ms    -> ok | timeout
+//   compare-set  str key, u8 has expected, [str expected], str desired -> value | absent
+//   delete       str key                               -> bool
+// Reply payloads: ok, absent (empty); value (str); integer (i64); bool (u8 0|1);
+// timeout (u32 n, n x str missing key).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "net/frame.h"
+
+namespace ddl::store_protocol {
+
+enum class Op : std::uint8_t {
+  kSet = net::kFirstServiceOp,
+  kGet,
+  kAdd,
+  kCheck,
+  kWait,
+  kCompareSet,
+  kDelete,
+  // Replies.
+  kOk = 64,
+  kValue,
+  kInteger,
+  kBool,
+  kTimeout,
+  kAbsent,
+};
+
+inline std::uint8_t byte(Op op) { return static_cast<std::uint8_t>(op); }
+
+inline std::string op_name(std::uint8_t op) {
+  switch (static_cast<Op>(op)) {
+    case Op::kSet: return "set";
+    case Op::kGet: return "get";
+    case Op::kAdd: return "add";
+    case Op::kCheck: return "check";
+    case Op::kWait: return "wait";
+    case Op::kCompareSet: return "compare-set";
+    case Op::kDelete: return "delete";
+    case Op::kOk: return "ok";
+    case Op::kValue: return "value";
+    case Op::kInteger: return "integer";
+    case Op::kBool: return "bool";
+    case Op::kTimeout: return "timeout";
+    case Op::kAbsent: return "absent";
+  }
+  return net::transport_op_name(op);
+}
+
+}  // namespace ddl::store_protocol
