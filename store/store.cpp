@@ -4,6 +4,7 @@
 #include <charconv>
 #include <sstream>
 
+#include "store/prefix_store.h"
 #include "store/store_detail.h"
 
 namespace ddl {
@@ -58,10 +59,6 @@ Bytes counter_bytes(std::int64_t value) {
 
 namespace {
 
-std::string barrier_key(const std::string& name, int rank) {
-  return "ddl/barrier/" + name + "/" + std::to_string(rank);
-}
-
 std::string join_ranks(const std::vector<int>& ranks) {
   constexpr std::size_t kShown = 32;
   std::ostringstream os;
@@ -81,25 +78,24 @@ void barrier(Store& store, const std::string& name, int rank, int world_size,
     throw StoreError("barrier '" + name + "': rank " + std::to_string(rank) +
                      " is outside a world of " + std::to_string(world_size));
   }
-  // Arrival keys, not a shared counter: on a timeout they tell exactly which ranks came.
-  store.set(barrier_key(name, rank), Bytes{'1'});
+  // Arrival keys ("ddl/barrier/NAME/RANK"), not a shared counter: on a timeout they tell exactly
+  // which ranks came.
+  PrefixStore arrivals(store, "ddl/barrier/" + name);
+  arrivals.set(std::to_string(rank), Bytes{'1'});
   std::vector<std::string> keys;
   keys.reserve(static_cast<std::size_t>(world_size));
-  for (int r = 0; r < world_size; ++r) keys.push_back(barrier_key(name, r));
-  try {
-    store.wait(keys, timeout);
-  } catch (const StoreTimeout&) {
-    std::vector<int> arrived;
-    std::vector<int> missing;
-    for (int r = 0; r < world_size; ++r) {
-      (store.check({keys[static_cast<std::size_t>(r)]}) ? arrived : missing).push_back(r);
-    }
-    std::ostringstream os;
-    os << "barrier '" << name << "' timed out after " << timeout.count() << " ms: "
-       << arrived.size() << "/" << world_size << " ranks arrived (" << join_ranks(arrived)
-       << "); missing: " << join_ranks(missing);
-    throw StoreTimeout(os.str());
+  for (int r = 0; r < world_size; ++r) keys.push_back(std::to_string(r));
+  if (arrivals.wait_for(keys, timeout)) return;
+  std::vector<int> arrived;
+  std::vector<int> missing;
+  for (int r = 0; r < world_size; ++r) {
+    (arrivals.check({keys[static_cast<std::size_t>(r)]}) ? arrived : missing).push_back(r);
   }
+  std::ostringstream os;
+  os << "barrier '" << name << "' timed out after " << timeout.count() << " ms: "
+     << arrived.size() << "/" << world_size << " ranks arrived (" << join_ranks(arrived)
+     << "); missing: " << join_ranks(missing);
+  throw StoreTimeout(os.str());
 }
 
 }  // namespace ddl
