@@ -5,12 +5,13 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/bytes.h"
 #include "net/frame.h"
 
 namespace ddl::net {
 namespace {
 
-Bytes bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
+using ddl::testing::bytes;
 
 // Ops for the tests: the transport's own, and two a service might define.
 constexpr std::uint8_t kHello = static_cast<std::uint8_t>(TransportOp::kHello);

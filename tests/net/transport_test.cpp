@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include "tests/support/bytes.h"
 #include "net/client.h"
 #include "net/server.h"
 #include "tests/support/poll.h"
@@ -25,7 +26,7 @@ constexpr std::uint8_t kLater = kFirstServiceOp + 2;  // replies after u32 ms
 constexpr std::uint8_t kSilent = kFirstServiceOp + 3;  // never replies
 constexpr std::uint8_t kReply = 64;
 
-Bytes bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
+using ddl::testing::bytes;
 
 class EchoService : public ServiceHandler {
  public:

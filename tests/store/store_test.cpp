@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/bytes.h"
 #include "tests/store/test_util.h"
 #include "store/memory_store.h"
 #include "store/prefix_store.h"
@@ -25,8 +26,8 @@ using testing::elapsed_ms;
 // Upper slack for "returned soon after its timeout" (generous: CI machines are busy, and TSan).
 constexpr double kTimeoutSlackMs = 1500;
 
-Bytes bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
-std::string text(const Bytes& b) { return std::string(b.begin(), b.end()); }
+using testing::bytes;
+using testing::text;
 
 // Each environment hands out one Store per rank; all of them see the same data.
 class MemoryStoreEnv {

@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/bytes.h"
+#include "tests/support/text.h"
 #include "tests/store/test_util.h"
 #include "net/frame.h"
 #include "store/protocol.h"
@@ -24,21 +26,13 @@ using std::chrono::milliseconds;
 using testing::elapsed_ms;
 using testing::loopback_options;
 
-Bytes bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
-std::string text(const Bytes& b) { return std::string(b.begin(), b.end()); }
+using testing::bytes;
+using testing::contains;
+using testing::text;
 
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
-
-// Polls `condition` until it holds or `timeout` passes; returns its last value.
+// Polls `condition` until it holds or `timeout` passes.
 bool eventually(const std::function<bool()>& condition, milliseconds timeout = milliseconds(5000)) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!condition()) {
-    if (std::chrono::steady_clock::now() >= deadline) return condition();
-    std::this_thread::sleep_for(milliseconds(5));
-  }
-  return true;
+  return testing::wait_until(condition, timeout, milliseconds(5));
 }
 
 // A plain blocking socket for speaking (or breaking) the protocol by hand.
