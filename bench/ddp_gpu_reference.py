@@ -1,4 +1,4 @@
-"""The GPU side-by-side for train_mnist: the seed's MNIST net with plain PyTorch DDP over NCCL.
+"""The GPU side-by-side for train_mnist: the course's MNIST net with plain PyTorch DDP over NCCL.
 
 Like train_mnist --device gpu, the whole dataset lives on the GPU and each step gathers its batch
 there by index, so the comparison is the training loop and the gradient all-reduce, not a data

@@ -1,4 +1,4 @@
-"""The reference: the seed's MNIST net trained data-parallel with plain, idiomatic PyTorch DDP.
+"""The reference: the course's MNIST net trained data-parallel with plain, idiomatic PyTorch DDP.
 
 Run under torchrun (bench/torchrun_py311.py on Debian's torch 1.13) or alone (world of one).
 Same net, per-worker batch, optimizer, threads and data as train_mnist; prints one JSON line per

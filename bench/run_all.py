@@ -1,4 +1,4 @@
-"""Runs the three side-by-side benchmarks of issue 7 and prints one table with ratios.
+"""Runs the three side-by-side benchmarks (start-up, all-reduce, training) and prints one table.
 
 Called by bench/run_all.sh (see there, and docs/PERFORMANCE.md). Ours and the reference run in the
 same invocation, interleaved (the order alternates every repetition), with the same
@@ -362,7 +362,7 @@ def table(result):
 
 
 def flops_per_image():
-    """Forward + backward FLOPs of the seed's net for one 28x28 image (multiply-add = 2)."""
+    """Forward + backward FLOPs of the MNIST net for one 28x28 image (multiply-add = 2)."""
     conv1 = 28 * 28 * 20 * (1 * 5 * 5) * 2        # 1 -> 20 channels, 5x5, same padding
     conv2 = 14 * 14 * 20 * (20 * 5 * 5) * 2       # 20 -> 20 channels on the pooled 14x14
     fc = 980 * 10 * 2

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# One command for issue 7's side-by-side benchmarks: start-up (launch vs torchrun), all-reduce
-# (our Gloo communicator vs torch.distributed on Gloo) and MNIST training (train_mnist vs PyTorch
-# DDP), ours and the reference interleaved in the same run, medians, one table with ratios.
+# One command for the side-by-side benchmarks of docs/PERFORMANCE.md: start-up (launch vs
+# torchrun), all-reduce (our Gloo communicator vs torch.distributed on Gloo) and MNIST training
+# (train_mnist vs PyTorch DDP), ours and the reference interleaved in the same run, medians, one
+# table with ratios.
 #
 #   bash bench/run_all.sh                 full run (about 10-15 minutes on 2 cores)
 #   bash bench/run_all.sh --quick         smoke run (1 repetition, small sizes, 60 training steps)

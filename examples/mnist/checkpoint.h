@@ -4,9 +4,9 @@
 // Writes are atomic: the archive goes to a temporary file in the checkpoint's own folder, is
 // fsync'ed, then renamed over the target (and the folder fsync'ed). A crash at any point leaves
 // either the previous checkpoint or the new one, never a torn file; a failed write removes its
-// temporary file. The position is recorded per batch so a restarted job (issue 5) can continue
-// mid-epoch: the sampler's order depends only on (seed, epoch), so skipping `batch` batches of
-// `epoch` reproduces the rest of the epoch.
+// temporary file. The position is recorded per batch so a job that `launch --max_restarts`
+// restarted can continue mid-epoch: the sampler's order depends only on (seed, epoch), so skipping
+// `batch` batches of `epoch` reproduces the rest of the epoch.
 #pragma once
 
 #include <torch/torch.h>

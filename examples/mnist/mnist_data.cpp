@@ -167,14 +167,14 @@ void check_payload_size(const std::vector<std::uint8_t>& bytes, const IdxHeader&
   }
 }
 
-// x / 255 * 2 - 1 for every byte value: the seed's normalisation.
+// x / 255 * 2 - 1 for every byte value: the Paddle course's normalisation.
 std::array<float, 256> pixel_table() {
   std::array<float, 256> t{};
   for (int x = 0; x < 256; ++x) t[x] = static_cast<float>(x) / 255.0f * 2.0f - 1.0f;
   return t;
 }
 
-// --- The seed's JSON, parsed as a SAX stream -----------------------------------------------------
+// --- The course's mnist.json.gz, parsed as a SAX stream ------------------------------------------
 // Layout: [split, split, split], split = [images, labels], images = [[784 numbers], ...],
 // labels = [integer, ...]. Depth counts the open arrays.
 class SeedJsonReader final : public nlohmann::json_sax<nlohmann::json> {
@@ -312,7 +312,7 @@ class SeedJsonReader final : public nlohmann::json_sax<nlohmann::json> {
   }
 
   bool unexpected(const std::string& what) {
-    return fail(where() + ": expected the seed's layout [[images, labels] x 3], saw " + what);
+    return fail(where() + ": expected the layout [[images, labels] x 3], saw " + what);
   }
   bool fail(const std::string& detail) { return fail(DataErrorKind::kMalformedJson, detail); }
   bool fail(DataErrorKind kind, const std::string& detail) {
@@ -461,7 +461,7 @@ MnistData load_json(const std::string& path) {
   data.train = to_dataset(std::move(splits[0]));
   data.valid = to_dataset(std::move(splits[1]));
   data.test = to_dataset(std::move(splits[2]));
-  data.source = "seed JSON " + path;
+  data.source = "MNIST JSON " + path;
   return data;
 }
 

@@ -1,9 +1,9 @@
-// MNIST loaders: the original IDX files (raw or gzip) and the seed's `mnist.json.gz`.
+// MNIST loaders: the original IDX files (raw or gzip) and the Paddle course's `mnist.json.gz`.
 //
 // Every loader returns the whole split as ONE contiguous float tensor [N, 1, 28, 28] plus an int64
 // label tensor [N]; training gathers batches from it by index (index_select), never per sample.
-// Pixels are in the seed's normalisation: IDX bytes x become x / 255 * 2 - 1, so both sources give
-// values in [-1, 1]; the JSON's floats are taken as they are.
+// Pixels are in the course's normalisation: IDX bytes x become x / 255 * 2 - 1, so both sources
+// give values in [-1, 1]; the JSON's floats are taken as they are.
 //
 // Bad data throws DataError naming the file and saying what was expected and what was seen.
 // Gzip is recognised by its magic bytes (1f 8b), not by the file name.
@@ -32,7 +32,7 @@ enum class DataErrorKind {
   kTruncated,      // fewer bytes than the header promises (or trailing bytes after the data)
   kCountMismatch,  // image and label counts differ
   kBadLabel,       // a label outside 0..9
-  kMalformedJson,  // not JSON, or JSON without the seed's [train, valid, eval] layout
+  kMalformedJson,  // not JSON, or JSON without the course's [train, valid, eval] layout
   kCorruptGzip,    // gzip magic but an undecodable or cut-off stream
 };
 
@@ -62,9 +62,9 @@ struct Dataset {
 };
 
 struct MnistData {
-  Dataset train;       // IDX: the 60,000 training images; JSON: the seed's train split
-  Dataset valid;       // JSON only (the seed's valid split); empty for IDX
-  Dataset test;        // IDX: the 10,000 t10k images; JSON: the seed's eval split
+  Dataset train;       // IDX: the 60,000 training images; JSON: the course's train split
+  Dataset valid;       // JSON only (the course's valid split); empty for IDX
+  Dataset test;        // IDX: the 10,000 t10k images; JSON: the course's eval split
   std::string source;  // what was loaded, for log lines
 };
 
@@ -79,7 +79,8 @@ Dataset load_idx(const std::string& images_path, const std::string& labels_path)
 // and t10k-labels-idx1-ubyte, each optionally with a `.gz` suffix (the plain name wins).
 MnistData load_idx_dir(const std::string& dir);
 
-// The seed's mnist.json.gz (or plain .json): [[train_images, train_labels], [valid...], [eval...]].
+// The course's mnist.json.gz (or plain .json):
+// [[train_images, train_labels], [valid...], [eval...]].
 // Parsed as a stream straight into the tensors (no JSON document is built in memory).
 MnistData load_json(const std::string& path);
 

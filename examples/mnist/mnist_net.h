@@ -1,5 +1,5 @@
-// The seed's MNIST net and the pieces of its training program that are not about parallelism:
-// the loss, the optimizers it offers, test-set accuracy and a parameter checksum.
+// The Paddle course's MNIST net and the pieces of its training program that are not about
+// parallelism: the loss, the optimizers it offers, test-set accuracy and a parameter checksum.
 #pragma once
 
 #include <torch/torch.h>
@@ -13,7 +13,7 @@
 namespace ddl::mnist {
 
 // conv 1->20 5x5 pad 2 + relu, max-pool 2x2 stride 2, conv 20->20 5x5 pad 2 + relu, max-pool 2x2
-// stride 2, fully connected 980->10. forward() returns the logits; the seed's softmax lives in
+// stride 2, fully connected 980->10. forward() returns the logits; the course's softmax lives in
 // cross_entropy() (as log_softmax, which is stable) and does not change the argmax.
 //
 // Two choices that change no value, only the speed (docs/PERFORMANCE.md): the conv weights are
@@ -47,7 +47,7 @@ torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& la
 
 std::int64_t parameter_count(const torch::nn::Module& module);
 
-// The seed's four optimizers: sgd, momentum (0.9), adagrad, adam. Throws std::invalid_argument
+// The course's four optimizers: sgd, momentum (0.9), adagrad, adam. Throws std::invalid_argument
 // quoting an unknown name.
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::string& name,
                                                         std::vector<torch::Tensor> parameters,

@@ -1,12 +1,12 @@
-// train_mnist: the seed's data-parallel MNIST trainer (train_multi_gpu.py) in LibTorch.
+// train_mnist: the Paddle course's data-parallel MNIST trainer (train_multi_gpu.py) in LibTorch.
 //
 //   launch --nproc_per_node=2 --log_dir ./mylog train_mnist        two CPU workers
 //   launch --selected_gpus=0,1,2,3 --log_dir ./mylog train_mnist   one worker per GPU
 //   train_mnist                                                    standalone: a world of one
 //
-// It is the single-device program plus the seed's four changes, marked "Change N" below. Every rank
-// prints `epoch: E, batch: B, loss is: [L]` every --log_interval batches, the test accuracy after
-// each epoch, and one JSON summary line at the end (stdout); diagnostics go to the log (stderr).
+// It is the single-device program plus the course's four changes, marked "Change N" below. Each
+// rank prints `epoch: E, batch: B, loss is: [L]` every --log_interval batches, the test accuracy
+// after each epoch and one JSON summary line at the end (stdout); diagnostics go to stderr.
 //
 // Checkpoints: rank 0 writes <save>.pt atomically after every epoch (and every --save_every steps
 // when set); --resume, or a restart by the launcher (DDL_RESTART_COUNT > 0) finding one, continues
@@ -57,7 +57,7 @@ class UsageError : public std::runtime_error {
 
 struct Options {
   int epochs = 5;
-  std::int64_t batch_size = 100;  // per worker, as in the seed
+  std::int64_t batch_size = 100;  // per worker, as in the course
   double lr = 0.01;
   std::string optimizer = "sgd";
   std::uint64_t seed = 0;
@@ -75,8 +75,8 @@ struct Options {
 // Parses the command line; std::nullopt when --help was asked for (the help is printed).
 std::optional<Options> parse_options(int argc, char** argv) {
   cxxopts::Options spec("train_mnist",
-                        "The seed's data-parallel MNIST trainer. Run it under `launch` for "
-                        "several workers, or alone as a world of one.");
+                        "The Paddle course's data-parallel MNIST trainer. Run it under `launch` "
+                        "for several workers, or alone as a world of one.");
   // clang-format off
   spec.add_options()
       ("epochs", "epochs to train", cxxopts::value<int>()->default_value("5"))
@@ -91,7 +91,7 @@ std::optional<Options> parse_options(int argc, char** argv) {
       ("device", "cpu | gpu | auto (the env's GPU when CUDA is available, else CPU)", cxxopts::value<std::string>()->default_value("auto"))
       ("max_steps", "stop after this many optimizer steps in all (0: no limit)", cxxopts::value<std::int64_t>()->default_value("0"))
       ("data_dir", "folder with the MNIST IDX files (default: <repo>/data/mnist)", cxxopts::value<std::string>())
-      ("data", "IDX folder or the seed's mnist.json.gz", cxxopts::value<std::string>())
+      ("data", "IDX folder or the course's mnist.json.gz", cxxopts::value<std::string>())
       ("threads", "intra-op threads (default: LibTorch's, which follows OMP_NUM_THREADS)", cxxopts::value<int>()->default_value("0"))
       ("log_level", "debug | info | warn | error (default: DDL_LOG_LEVEL, else info)", cxxopts::value<std::string>())
       ("h,help", "print this help");

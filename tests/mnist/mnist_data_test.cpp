@@ -1,4 +1,4 @@
-// The MNIST loaders on small files this test writes: IDX raw and gzip, the seed's JSON, and each
+// The MNIST loaders on small files this test writes: IDX raw and gzip, the course's JSON, and each
 // kind of bad data.
 #include "examples/mnist/mnist_data.h"
 
@@ -85,7 +85,7 @@ Bytes gzip_bytes(const Bytes& bytes) {
 
 Bytes gzip_bytes(const std::string& text) { return gzip_bytes(Bytes(text.begin(), text.end())); }
 
-// The seed's layout, with `sizes` images per split; pixel values k/10 - 1 style floats.
+// The course's JSON layout, with `sizes` images per split; pixel values k/10 - 1 style floats.
 std::string seed_json(const std::vector<int>& sizes, int values_per_image = 784,
                       int extra_labels = 0, int bad_label = -1) {
   std::ostringstream s;
@@ -352,7 +352,7 @@ TEST(MnistIdxErrors, GarbageAfterGzipStream) {
   expect_data_error([&] { read_maybe_gzip(dir.file("lbl.gz")); }, DataErrorKind::kCorruptGzip);
 }
 
-// --- The seed's JSON ----------------------------------------------------------------------------
+// --- The course's JSON --------------------------------------------------------------------------
 
 TEST(MnistJson, GzipJsonLoadsTheThreeSplits) {
   TempDir dir;

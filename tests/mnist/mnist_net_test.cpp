@@ -1,4 +1,4 @@
-// The seed's net (shapes, parameter count, loss), the optimizers, the checksum and checkpoints
+// The course's net (shapes, parameter count, loss), the optimizers, the checksum and checkpoints
 // (round trip, atomic write, refusal of mismatched checkpoints).
 #include "examples/mnist/mnist_net.h"
 
@@ -55,7 +55,7 @@ TEST(MnistNet, OutputShapeAndParameterCount) {
   EXPECT_EQ(params["fc.weight"].sizes(), (std::vector<std::int64_t>{10, 980}));
 }
 
-// The seed's net written the plain way: NCHW weights, relu before each pool.
+// The course's net written the plain way: NCHW weights, relu before each pool.
 torch::Tensor reference_forward(MnistNet& net, const torch::Tensor& x) {
   auto p = net->named_parameters();
   auto conv = [&](const torch::Tensor& in, const std::string& name) {

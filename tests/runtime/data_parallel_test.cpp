@@ -1,7 +1,8 @@
-// The correctness proof of data parallelism: the seed's MNIST net trained for a few SGD steps by 2
-// ranks (separate processes, full prepare_context path over TCP) on 50 samples each ends with
-// parameters identical bit for bit on both ranks, and equal within float tolerance to one process
-// training on the same 100 samples per step.
+// The correctness proof of data parallelism, on the net train_mnist ships (mnist::MnistNet, the
+// Paddle course's MNIST net): a few SGD steps by 2 ranks (separate processes, the full
+// prepare_context path over TCP) on 50 samples each end with parameters identical bit for bit on
+// both ranks, and equal within float tolerance to one process training on the same 100 samples
+// per step.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -9,6 +10,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "examples/mnist/mnist_net.h"
 #include "tests/support/multiprocess.h"
 #include "worker/runtime/parallel.h"
 
@@ -17,27 +19,10 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// The seed's net: conv 1->20 5x5 pad 2 + relu, max-pool 2, conv 20->20 5x5 pad 2 + relu,
-// max-pool 2, fully connected 980->10.
-struct MnistNetImpl : torch::nn::Module {
-  MnistNetImpl()
-      : conv1(register_module("conv1",
-                              torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 20, 5).padding(2)))),
-        conv2(register_module("conv2",
-                              torch::nn::Conv2d(torch::nn::Conv2dOptions(20, 20, 5).padding(2)))),
-        fc(register_module("fc", torch::nn::Linear(980, 10))) {}
-
-  torch::Tensor forward(torch::Tensor x) {
-    x = torch::max_pool2d(torch::relu(conv1->forward(x)), 2);
-    x = torch::max_pool2d(torch::relu(conv2->forward(x)), 2);
-    return fc->forward(x.flatten(1));
-  }
-
-  torch::nn::Conv2d conv1;
-  torch::nn::Conv2d conv2;
-  torch::nn::Linear fc;
-};
-TORCH_MODULE(MnistNet);
+// The net under test is the one train_mnist ships (examples/mnist/mnist_net.h), with its
+// channels-last conv weights and pool-before-relu blocks, so this proof covers the layout and
+// gradients the trainer really all-reduces.
+using mnist::MnistNet;
 
 constexpr int kSteps = 4;
 constexpr std::int64_t kGlobalBatch = 100;
@@ -60,6 +45,7 @@ MnistNet make_net(torch::Dtype dtype) {
   torch::manual_seed(7);
   MnistNet net;
   net->to(dtype);
+  net->use_channels_last();  // as train_mnist does after moving the net
   return net;
 }
 
@@ -77,7 +63,7 @@ torch::Tensor flat_parameters(MnistNet& net) {
 }
 
 torch::Tensor step_loss(MnistNet& net, const torch::Tensor& images, const torch::Tensor& labels) {
-  return torch::nll_loss(torch::log_softmax(net->forward(images), 1), labels);
+  return mnist::cross_entropy(net->forward(images), labels);
 }
 
 // One process, the whole batch of 100 per step.
@@ -171,6 +157,7 @@ void check_two_ranks_against_one(torch::Dtype dtype, double rtol, double atol) {
   std::remove((out_prefix + "0").c_str());
   std::remove((out_prefix + "1").c_str());
   torch::Tensor reference = train_single(dtype);
+  ASSERT_EQ(reference.numel(), mnist::kMnistNetParameters);
   ASSERT_EQ(bytes0.size(), reference.nbytes());
   EXPECT_TRUE(bytes0 == bytes1) << "the ranks' parameters differ";
 

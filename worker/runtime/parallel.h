@@ -1,11 +1,27 @@
-// The data-parallel API a training program uses. It mirrors the four changes the seed makes to a
-// single-device program:
-//   1. the device comes from the environment:        ParallelEnv env = ParallelEnv::from_process();
-//   2. prepare the context and wrap the model:        auto ctx = prepare_context(env);
-//                                                     DataParallel dp(model, ctx);
-//   3. every rank reads different data:               DistributedBatchSampler sampler(n, batch, ctx);
-//   4. scale the loss and all-reduce the gradients:   dp.scale_loss(loss).backward();
-//                                                     dp.apply_collective_grads();
+// The data-parallel API a training program uses. It mirrors the four changes the Paddle course
+// makes to a single-device program (examples/mnist/train_mnist.cpp marks them "Change N"):
+//
+//   // 1. this process's place in the job, and its device, come from the environment
+//   const ParallelEnv env = ParallelEnv::from_process();
+//   // 2. join the job (store + communicator), then wrap the model: every replica starts from
+//   //    rank 0's parameters
+//   std::unique_ptr<ParallelContext> ctx = prepare_context(env);
+//   model->to(ctx->device);                     // model: a module holder, e.g. mnist::MnistNet
+//   DataParallel dp(*model, *ctx);
+//   // 3. every rank reads a disjoint share of each epoch, and all run the same number of batches
+//   const DistributedBatchSampler sampler(dataset_size, batch_size, env.rank, env.world_size,
+//                                         seed);
+//   for (const torch::Tensor& index : sampler.batches(epoch)) {
+//     torch::Tensor loss = ...;                 // forward on the samples `index` names
+//     // 4. scale the loss, all-reduce the gradients, then step as on one device
+//     dp.scale_loss(loss).backward();
+//     dp.apply_collective_grads();
+//     optimizer.step();
+//     optimizer.zero_grad();
+//   }
+//
+// ctx->comm stays usable for the program's own collectives (train_mnist sums its test-set counts
+// with ctx->comm->all_reduce).
 #pragma once
 
 #include <torch/torch.h>
@@ -49,10 +65,10 @@ struct ContextOptions {
   std::chrono::milliseconds collective_timeout{120'000};
 };
 
-// Reads nothing itself: joins the job (rendezvous() in worker/runtime/rendezvous.h: rank 0 hosts the store
-// on endpoints[0], every rank waits for all others, the error names the ranks that did not come)
-// and builds the communicator. A world of one without a contract gets an in-process store.
-// Throws env::EnvError, StoreError or CommError.
+// Reads nothing itself: joins the job (rendezvous() in worker/runtime/rendezvous.h: rank 0 hosts
+// the store on endpoints[0], every rank waits for all others, the error names the ranks that did
+// not come) and builds the communicator. A world of one without a contract gets an in-process
+// store. Throws env::EnvError, StoreError or CommError.
 std::unique_ptr<ParallelContext> prepare_context(const ParallelEnv& env,
                                                  const ContextOptions& options = {});
 
