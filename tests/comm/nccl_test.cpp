@@ -1,5 +1,5 @@
-// NCCL without a GPU: the unique-id exchange through a store, and clear errors where NCCL or the
-// device is missing.
+// NCCL without a GPU: the unique-id exchange through a store (for the world and for a sub-group),
+// and clear errors where NCCL, the device or a valid group rank list is missing.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -118,6 +118,76 @@ TEST(NcclCommunicator, WithoutGpuIsAClearError) {
     EXPECT_NE(what.find("nccl on rank 0 of 1"), std::string::npos) << what;
     if (nccl_available()) {
       EXPECT_NE(what.find("CUDA device 0"), std::string::npos) << what;
+    } else {
+      EXPECT_NE(what.find("this build has no NCCL"), std::string::npos) << what;
+    }
+  }
+}
+
+// A group's options: group rank and size, and a unique-id key under the group's own prefix, apart
+// from the world's and from other groups'.
+TEST(NcclGroup, OptionsRenumberAndPrefixTheGroup) {
+  NcclOptions job;
+  job.rank = 5;
+  job.world_size = 8;
+  job.device = 1;
+  const NcclOptions g = nccl_group_options(job, RankGroup{{4, 5, 6, 7}, ""});
+  EXPECT_EQ(g.rank, 1);
+  EXPECT_EQ(g.world_size, 4);
+  EXPECT_EQ(g.device, 1);
+  EXPECT_EQ(g.timeout, job.timeout);
+  EXPECT_EQ(g.store_prefix, "nccl/group/ranks_4_5_6_7");
+  EXPECT_EQ(nccl_group_options(job, RankGroup{{5}, "solo"}).store_prefix, "nccl/group/solo");
+
+  // Group rank 0 (job rank 4) publishes under the group prefix; the world's key stays unset.
+  MemoryStore store;
+  NcclOptions leader = job;
+  leader.rank = 4;
+  exchange_nccl_unique_id(store, nccl_group_options(leader, RankGroup{{4, 5, 6, 7}, ""}), fake_id);
+  EXPECT_TRUE(store.check({"nccl/group/ranks_4_5_6_7/unique_id"}));
+  EXPECT_FALSE(store.check({"nccl/unique_id"}));
+  EXPECT_EQ(exchange_nccl_unique_id(store, g, fake_id), fake_id());
+  // Another group over other ranks does not see it.
+  NcclOptions other = nccl_group_options(job, RankGroup{{0, 5}, ""});
+  other.timeout = 100ms;
+  EXPECT_THROW(exchange_nccl_unique_id(store, other, fake_id), CommError);
+}
+
+TEST(NcclGroup, BadListsAreRefusedBeforeAnyDeviceWork) {
+  MemoryStore store;
+  NcclOptions job;
+  job.rank = 0;
+  job.world_size = 3;
+  job.timeout = 200ms;
+  for (const RankGroup& bad :
+       {RankGroup{{1, 2}, ""}, RankGroup{{0, 0}, ""}, RankGroup{{0, 3}, ""}, RankGroup{{}, ""}}) {
+    try {
+      make_nccl_communicator(store, job, bad);
+      FAIL() << "no exception";
+    } catch (const CommError& e) {
+      EXPECT_NE(std::string(e.what()).find("nccl group on job rank 0 of 3: "), std::string::npos)
+          << e.what();
+    }
+  }
+  // Nothing was claimed or published for them.
+  EXPECT_FALSE(store.check({"nccl/group/ranks_1_2/claim/members"}));
+}
+
+TEST(NcclGroup, WithoutGpuIsAClearError) {
+  MemoryStore store;
+  NcclOptions job;
+  job.rank = 1;
+  job.world_size = 2;
+  job.timeout = 1s;
+  try {
+    make_nccl_communicator(store, job, RankGroup{{1}, "one"});
+    GTEST_SKIP() << "a CUDA device is visible";
+  } catch (const CommError& e) {
+    const std::string what = e.what();
+    if (nccl_available()) {
+      EXPECT_NE(what.find("nccl on rank 0 of 1 in group 'one' (job rank 1): CUDA device 0"),
+                std::string::npos)
+          << what;
     } else {
       EXPECT_NE(what.find("this build has no NCCL"), std::string::npos) << what;
     }

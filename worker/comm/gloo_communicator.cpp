@@ -1,9 +1,11 @@
-// Gloo communicator: checks each tensor (CPU, contiguous, a supported dtype) and runs the
-// collective on its bytes through GlooMesh.
+// Gloo communicator: checks each tensor (worker/comm/tensor_checks.h) and runs the call on its
+// bytes through GlooMesh.
 #include "worker/comm/gloo_communicator.h"
 
 #include <sstream>
 #include <utility>
+
+#include "worker/comm/tensor_checks.h"
 
 namespace ddl {
 namespace {
@@ -17,7 +19,7 @@ class GlooCommunicator : public Communicator {
   std::string backend() const override { return "gloo"; }
 
   void all_reduce(torch::Tensor& tensor, ReduceOp op) override {
-    const DType dtype = check_tensor("all_reduce", tensor);
+    const DType dtype = checked("all_reduce", tensor);
     mesh_->all_reduce_sum(tensor.data_ptr(), static_cast<std::size_t>(tensor.numel()), dtype);
     if (op == ReduceOp::kAverage && size() > 1) {
       // Integer averages truncate toward zero, like C++ integer division.
@@ -30,12 +32,12 @@ class GlooCommunicator : public Communicator {
   }
 
   void broadcast(torch::Tensor& tensor, int root) override {
-    check_tensor("broadcast", tensor);
+    checked("broadcast", tensor);
     mesh_->broadcast(tensor.data_ptr(), tensor.nbytes(), root);
   }
 
   std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor) override {
-    check_tensor("all_gather", tensor);
+    checked("all_gather", tensor);
     std::vector<int64_t> shape{size()};
     for (auto d : tensor.sizes()) shape.push_back(d);
     torch::Tensor out = torch::empty(shape, tensor.options());
@@ -45,33 +47,31 @@ class GlooCommunicator : public Communicator {
 
   void barrier() override { mesh_->barrier(); }
 
+  // The mesh checks the peer before anything moves, naming it in the same words.
+  void send(const torch::Tensor& tensor, int dst) override {
+    const DType dtype = checked("send", tensor, "to", dst);
+    mesh_->send(tensor.data_ptr(), static_cast<std::size_t>(tensor.numel()), dtype, dst);
+  }
+
+  void recv(torch::Tensor& tensor, int src) override {
+    const DType dtype = checked("recv", tensor, "from", src);
+    mesh_->recv(tensor.data_ptr(), static_cast<std::size_t>(tensor.numel()), dtype, src);
+  }
+
  private:
-  std::string where(const char* op) const {
+  std::string where(const char* op, const char* direction = nullptr, int peer = 0) const {
     std::ostringstream s;
-    s << "gloo " << op << " on rank " << rank() << " of " << size() << ": ";
+    s << "gloo " << op << " on rank " << rank() << " of " << size();
+    if (direction != nullptr) s << " (" << direction << " rank " << peer << ")";
+    s << ": ";
     return s.str();
   }
 
-  DType check_tensor(const char* op, const torch::Tensor& tensor) const {
-    if (!tensor.defined()) throw CommError(where(op) + "tensor is undefined");
-    if (!tensor.device().is_cpu()) {
-      throw CommError(where(op) + "needs a CPU tensor, got one on " + tensor.device().str());
-    }
-    if (!tensor.is_contiguous()) throw CommError(where(op) + "tensor is not contiguous");
-    switch (tensor.scalar_type()) {
-      case torch::kFloat:
-        return DType::kFloat32;
-      case torch::kDouble:
-        return DType::kFloat64;
-      case torch::kInt:
-        return DType::kInt32;
-      case torch::kLong:
-        return DType::kInt64;
-      default:
-        throw CommError(where(op) + "unsupported dtype " +
-                        std::string(c10::toString(tensor.scalar_type())) +
-                        " (expected float32, float64, int32 or int64)");
-    }
+  DType checked(const char* op, const torch::Tensor& tensor, const char* direction = nullptr,
+                int peer = 0) const {
+    const std::string at = where(op, direction, peer);
+    check_tensor(at, tensor, gloo_tensor_rules());
+    return mesh_dtype(at, tensor.scalar_type());
   }
 
   std::unique_ptr<GlooMesh> mesh_;
@@ -81,6 +81,11 @@ class GlooCommunicator : public Communicator {
 
 std::unique_ptr<Communicator> make_gloo_communicator(Store& store, const GlooOptions& options) {
   return std::make_unique<GlooCommunicator>(GlooMesh::connect(store, options));
+}
+
+std::unique_ptr<Communicator> make_gloo_communicator(Store& store, const GlooOptions& options,
+                                                     const RankGroup& group) {
+  return std::make_unique<GlooCommunicator>(GlooMesh::connect_group(store, options, group));
 }
 
 }  // namespace ddl

@@ -2,6 +2,12 @@
 // Gloo's option-based collectives (the entry points PyTorch's ProcessGroupGloo uses), run in place
 // on the caller's thread with the mesh timeout bounding every wait. Two-rank all-reduces take our
 // own paths (one exchange when small, pipelined halves when large).
+//
+// Point to point: each message is a fixed-size header (magic, element type, byte count) and, when
+// it has bytes, a payload, both on unbound buffers under the point-to-point slots (the tag layout
+// is in gloo_mesh.h). The receiver reads the header first and posts the payload's receive with the
+// announced size, into the caller's buffer when it matches and into scratch otherwise, so a
+// mismatch is reported without desynchronising the pair.
 #include "worker/comm/gloo_mesh.h"
 
 #include <gloo/allgather.h>
@@ -17,6 +23,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -120,6 +127,61 @@ constexpr std::size_t kExchangeMaxBytes = 128u << 10;
 // next, large enough that per-message costs stay small.
 constexpr std::size_t kPieceBytes = 1u << 20;
 
+using Clock = std::chrono::steady_clock;
+
+// The header in front of every point-to-point message.
+struct P2pHeader {
+  std::uint32_t magic;
+  std::uint32_t kind;  // kRawBytes, or 1 + the DType of the elements
+  std::uint64_t bytes;
+};
+constexpr std::uint32_t kP2pMagic = 0x64703270;  // "p2pd"
+constexpr std::uint32_t kRawBytes = 0;
+constexpr std::uint64_t kHeaderPart = 0;
+constexpr std::uint64_t kPayloadPart = 1;
+
+std::uint32_t kind_of(DType dtype) { return 1 + static_cast<std::uint32_t>(dtype); }
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return "float32";
+    case DType::kFloat64:
+      return "float64";
+    case DType::kInt32:
+      return "int32";
+    case DType::kInt64:
+      return "int64";
+  }
+  return "?";
+}
+
+// "4096 bytes", or "1024 float32 elements (4096 bytes)".
+std::string describe_message(std::uint32_t kind, std::uint64_t bytes) {
+  const std::string size = std::to_string(bytes) + " bytes";
+  if (kind == kRawBytes) return size;
+  if (kind > kind_of(DType::kInt64))
+    return size + " of unknown element type " + std::to_string(kind);
+  const auto dtype = static_cast<DType>(kind - 1);
+  const std::uint64_t esize = element_size(dtype);
+  return std::to_string(bytes / esize) + " " + dtype_name(dtype) + " elements (" + size + ")";
+}
+
+// The tag of the n-th message from `src` to `dst` (see "Tags" in gloo_mesh.h).
+std::uint32_t p2p_tag(int src, int dst, std::uint32_t n) { return 2u * n + (src < dst ? 0u : 1u); }
+
+std::uint64_t p2p_slot(std::uint32_t tag, std::uint64_t part) {
+  return (static_cast<std::uint64_t>(GlooMesh::kP2pSlotPrefix) << 56) |
+         (static_cast<std::uint64_t>(tag) << 24) | part;
+}
+
+// What is left of `deadline`, at least a millisecond (Gloo reads zero as "no wait at all" and
+// a negative value as "the context's default").
+std::chrono::milliseconds left_until(Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  return std::max(left, std::chrono::milliseconds(1));
+}
+
 }  // namespace
 
 struct GlooMesh::Impl {
@@ -127,29 +189,116 @@ struct GlooMesh::Impl {
   int rank = 0;
   int size = 1;
   std::chrono::milliseconds timeout{0};
-  std::uint32_t tag = 0;
+  std::uint32_t tag = 0;      // the collectives' tag counter
   std::vector<char> scratch;  // the peer's share in the two-rank paths
+  // Point-to-point message counters, indexed by peer: messages sent to it, received from it.
+  std::vector<std::uint32_t> sent;
+  std::vector<std::uint32_t> received;
+  std::string group_text;  // " in group 'G' (job rank J)" for a group mesh, else empty
 
   std::uint32_t next_tag() { return tag++; }
 
   std::string where(const char* op) const {
     std::ostringstream s;
-    s << "gloo " << op << " on rank " << rank << " of " << size << ": ";
+    s << "gloo " << op << " on rank " << rank << " of " << size << group_text << ": ";
+    return s.str();
+  }
+
+  // "gloo send on rank 0 of 2 (to rank 1): "
+  std::string where_peer(const char* op, const char* direction, int peer) const {
+    std::ostringstream s;
+    s << "gloo " << op << " on rank " << rank << " of " << size << group_text << " (" << direction
+      << " rank " << peer << "): ";
     return s.str();
   }
 
   // Runs one Gloo call, turning whatever Gloo throws into a CommError with our context.
   template <typename F>
-  void guarded(const char* op, F&& body) {
+  void guarded_at(const std::string& prefix, F&& body) {
     try {
       body();
     } catch (const gloo::IoException& e) {
-      throw CommError(where(op) + e.what());
+      throw CommError(prefix + e.what());
     } catch (const gloo::EnforceNotMet& e) {
-      throw CommError(where(op) + e.what());
+      throw CommError(prefix + e.what());
     } catch (const gloo::Exception& e) {
-      throw CommError(where(op) + e.what());
+      throw CommError(prefix + e.what());
     }
+  }
+
+  template <typename F>
+  void guarded(const char* op, F&& body) {
+    guarded_at(where(op), std::forward<F>(body));
+  }
+
+  void check_peer(const char* op, const char* direction, int peer) const {
+    if (peer == rank) {
+      throw CommError(where_peer(op, direction, peer) + "the peer is this rank itself");
+    }
+    if (peer < 0 || peer >= size) {
+      throw CommError(where_peer(op, direction, peer) + "not a rank (expected 0.." +
+                      std::to_string(size - 1) + ")");
+    }
+  }
+
+  static void finished(bool completed, const std::string& prefix, const char* what) {
+    // Gloo's waits throw gloo::IoException when the timeout passes; false means aborted.
+    if (!completed) throw CommError(prefix + what + " was aborted");
+  }
+
+  void p2p_send(const void* data, std::uint64_t bytes, std::uint32_t kind, int dst) {
+    check_peer("send", "to", dst);
+    const std::string prefix = where_peer("send", "to", dst);
+    guarded_at(prefix, [&] {
+      const auto deadline = Clock::now() + timeout;
+      const std::uint32_t tag = p2p_tag(rank, dst, sent[dst]++);
+      P2pHeader header{kP2pMagic, kind, bytes};
+      auto head = context->createUnboundBuffer(&header, sizeof(header));
+      head->send(dst, p2p_slot(tag, kHeaderPart));
+      std::unique_ptr<gloo::transport::UnboundBuffer> payload;
+      if (bytes > 0) {
+        // Gloo only reads a buffer it sends, but its API takes a non-const pointer.
+        payload = context->createUnboundBuffer(const_cast<void*>(data), bytes);
+        payload->send(dst, p2p_slot(tag, kPayloadPart));
+      }
+      finished(head->waitSend(left_until(deadline)), prefix, "sending the header");
+      if (payload) finished(payload->waitSend(left_until(deadline)), prefix, "sending the payload");
+    });
+  }
+
+  void p2p_recv(void* data, std::uint64_t bytes, std::uint32_t kind, int src) {
+    check_peer("recv", "from", src);
+    const std::string prefix = where_peer("recv", "from", src);
+    guarded_at(prefix, [&] {
+      const auto deadline = Clock::now() + timeout;
+      const std::uint32_t tag = p2p_tag(src, rank, received[src]++);
+      P2pHeader header{0, 0, 0};
+      auto head = context->createUnboundBuffer(&header, sizeof(header));
+      head->recv(src, p2p_slot(tag, kHeaderPart));
+      finished(head->waitRecv(left_until(deadline)), prefix, "receiving the header");
+      if (header.magic != kP2pMagic) {
+        throw CommError(prefix + "the message header is corrupt (magic " +
+                        std::to_string(header.magic) + ", expected " + std::to_string(kP2pMagic) +
+                        ")");
+      }
+      const bool matches = header.bytes == bytes && header.kind == kind;
+      std::vector<char> discard;
+      void* into = data;
+      if (!matches) {
+        discard.resize(header.bytes);
+        into = discard.data();
+      }
+      if (header.bytes > 0) {
+        auto payload = context->createUnboundBuffer(into, header.bytes);
+        payload->recv(src, p2p_slot(tag, kPayloadPart));
+        finished(payload->waitRecv(left_until(deadline)), prefix, "receiving the payload");
+      }
+      if (!matches) {
+        throw CommError(prefix + "rank " + std::to_string(src) + " sent " +
+                        describe_message(header.kind, header.bytes) + ", expected " +
+                        describe_message(kind, bytes) + " (the message was discarded)");
+      }
+    });
   }
 
   void expect(bool completed, const char* what) const {
@@ -305,6 +454,22 @@ void GlooMesh::all_gather(const void* input, std::size_t bytes, void* output) {
   });
 }
 
+void GlooMesh::send(const void* data, std::size_t bytes, int dst) {
+  impl_->p2p_send(data, bytes, kRawBytes, dst);
+}
+
+void GlooMesh::recv(void* data, std::size_t bytes, int src) {
+  impl_->p2p_recv(data, bytes, kRawBytes, src);
+}
+
+void GlooMesh::send(const void* data, std::size_t count, DType dtype, int dst) {
+  impl_->p2p_send(data, count * element_size(dtype), kind_of(dtype), dst);
+}
+
+void GlooMesh::recv(void* data, std::size_t count, DType dtype, int src) {
+  impl_->p2p_recv(data, count * element_size(dtype), kind_of(dtype), src);
+}
+
 void GlooMesh::barrier() {
   if (impl_->size == 1) return;
   impl_->guarded("barrier", [&] {
@@ -315,7 +480,9 @@ void GlooMesh::barrier() {
   });
 }
 
-std::unique_ptr<GlooMesh> GlooMesh::connect(Store& store, const GlooOptions& options) {
+namespace {
+
+void check_options(const GlooOptions& options) {
   if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
     throw CommError("gloo: rank " + std::to_string(options.rank) + " is not within world size " +
                     std::to_string(options.world_size));
@@ -324,15 +491,45 @@ std::unique_ptr<GlooMesh> GlooMesh::connect(Store& store, const GlooOptions& opt
     throw CommError("gloo: timeout must be positive, got " +
                     std::to_string(options.timeout.count()) + " ms");
   }
+}
+
+}  // namespace
+
+std::unique_ptr<GlooMesh> GlooMesh::connect(Store& store, const GlooOptions& options) {
+  check_options(options);
+  return connect_mesh(store, options, "");
+}
+
+std::unique_ptr<GlooMesh> GlooMesh::connect_group(Store& store, const GlooOptions& options,
+                                                  const RankGroup& group) {
+  check_options(options);
+  const GroupPlace place =
+      place_in_group("gloo", options.rank, options.world_size, group, options.store_prefix);
+  claim_group(store, place, "gloo", options.timeout);
+  GlooOptions inner = options;
+  inner.rank = place.rank;
+  inner.world_size = place.size;
+  inner.store_prefix = place.store_prefix;
+  return connect_mesh(
+      store, inner,
+      " in group '" + place.label + "' (job rank " + std::to_string(place.job_rank) + ")");
+}
+
+std::unique_ptr<GlooMesh> GlooMesh::connect_mesh(Store& store, const GlooOptions& options,
+                                                 const std::string& group_text) {
   auto impl = std::make_unique<Impl>();
   impl->rank = options.rank;
   impl->size = options.world_size;
   impl->timeout = options.timeout;
+  impl->sent.assign(static_cast<std::size_t>(options.world_size), 0);
+  impl->received.assign(static_cast<std::size_t>(options.world_size), 0);
+  impl->group_text = group_text;
   // A world of one has no peers: no device, no sockets, every collective is local.
   if (options.world_size == 1) return std::unique_ptr<GlooMesh>(new GlooMesh(std::move(impl)));
 
   const std::string where = "gloo connect on rank " + std::to_string(options.rank) + " of " +
-                            std::to_string(options.world_size) + " (host " + options.host + "): ";
+                            std::to_string(options.world_size) + group_text + " (host " +
+                            options.host + "): ";
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = options.host;

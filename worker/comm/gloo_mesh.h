@@ -8,8 +8,9 @@
 #include <memory>
 #include <string>
 
-#include "worker/comm/comm_error.h"
 #include "store/store.h"
+#include "worker/comm/comm_error.h"
+#include "worker/comm/rank_group.h"
 
 namespace ddl {
 
@@ -28,13 +29,39 @@ struct GlooOptions {
   std::string store_prefix = "gloo";
 };
 
-// Not thread-safe: one thread issues the collectives, in the same order on every rank. Every call
-// throws CommError ("gloo <op> on rank R of N: ...") on a failure or after the timeout.
+// Not thread-safe: one thread issues the collectives and the point-to-point calls; collectives run
+// in the same order on every rank. Every call throws CommError ("gloo <op> on rank R of N: ...",
+// plus the group and job rank for a group mesh) on a failure or after the timeout. After a
+// CommError from the transport (a dead peer, a timeout) the mesh is broken: destroy it.
+//
+// Tags. Every message Gloo moves is matched by a 64-bit slot on the pair of the two ranks: bits
+// 56..63 a prefix, bits 24..55 a 32-bit tag, bits 0..23 an offset the algorithm adds.
+//   - Collectives take the tag from one counter per mesh, advanced by every collective on every
+//     rank alike, under Gloo's own prefixes (0x01..0x08; our two-rank all-reduce paths use Gloo's
+//     all-reduce prefix).
+//   - Point-to-point messages use prefix kP2pSlotPrefix, which no collective uses, and their own
+//     counters, one per peer and direction: the tag of the n-th message from rank s to rank d is
+//     2 * n + (s < d ? 0 : 1) (mod 2^32), so the two directions of a pair never share a slot.
+//     Offset 0 is the message's header (its byte count and element type), offset 1 its payload.
+//   So point-to-point calls between some ranks leave the collective counter alone and the two
+//   interleave freely, as long as each rank issues its calls in an order that can complete.
 class GlooMesh {
  public:
+  // The slot prefix of point-to-point messages (see "Tags" above).
+  static constexpr unsigned kP2pSlotPrefix = 0x50;
+
   // Builds the full mesh through `store` (which must outlive this call only). A world of one
   // opens no sockets and every collective is local.
   static std::unique_ptr<GlooMesh> connect(Store& store, const GlooOptions& options);
+
+  // Builds a mesh over the members of `group` only (worker/comm/rank_group.h). `options.rank`
+  // and `options.world_size` are the job's; `options.store_prefix` is the job prefix the group's
+  // keys go under. Only members call this, each once. The mesh's rank() and size() are the group
+  // rank and size, and every rank argument of its calls is a group rank. Throws CommError for a
+  // bad rank list (see place_in_group), a reused group label (see claim_group) or a failed
+  // connect.
+  static std::unique_ptr<GlooMesh> connect_group(Store& store, const GlooOptions& options,
+                                                 const RankGroup& group);
   ~GlooMesh();
   GlooMesh(const GlooMesh&) = delete;
   GlooMesh& operator=(const GlooMesh&) = delete;
@@ -52,9 +79,27 @@ class GlooMesh {
   // Returns once every rank has entered the barrier.
   void barrier();
 
+  // Point to point. send() returns once the `bytes` bytes at `data` have been handed to the
+  // transport, which Gloo's TCP transport does only after `dst` posted the matching recv (so a
+  // send waits for it, and `data` may be reused on return); recv() once `bytes` bytes from `src`
+  // are in `data`. Messages from one rank to another arrive in the order they were sent. Both
+  // throw CommError, before anything moves, when the peer is this rank or not a rank, and when
+  // the peer dies or the mesh timeout passes (one deadline for the whole call). recv also throws
+  // when the message `src` sent has another size or was sent with an element type (`data` is
+  // then left untouched, the message is consumed and the mesh stays usable).
+  void send(const void* data, std::size_t bytes, int dst);
+  void recv(void* data, std::size_t bytes, int src);
+  // The same for `count` elements of `dtype`; the element type travels with the message, so
+  // recv() also throws when `src` sent another type.
+  void send(const void* data, std::size_t count, DType dtype, int dst);
+  void recv(void* data, std::size_t count, DType dtype, int src);
+
  private:
   struct Impl;
   explicit GlooMesh(std::unique_ptr<Impl> impl);
+  // Connects with `options` already checked; `group_text` goes into every error message.
+  static std::unique_ptr<GlooMesh> connect_mesh(Store& store, const GlooOptions& options,
+                                                const std::string& group_text);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -4,7 +4,10 @@
 // Ordering: a collective records an event on the stream that produced the tensor (LibTorch's
 // current CUDA stream when this LibTorch has CUDA, else the legacy default stream), makes its own
 // stream wait on it, runs the NCCL call on its own stream, then makes the producer stream wait on
-// the collective's completion. The host does not block (except in barrier()).
+// the collective's completion. The host does not block (except in barrier()). send() and recv()
+// are one ncclSend / ncclRecv each, in a group of their own (ncclGroupStart / ncclGroupEnd), run
+// the same way. A sub-group is a communicator of its own, initialised from a unique id exchanged
+// under the group's store prefix (worker/comm/rank_group.h).
 //
 // Failure: the communicator is created non-blocking, so initialisation polls with a deadline. A
 // watchdog thread polls ncclCommGetAsyncError and the completion of every enqueued collective; on
@@ -15,6 +18,9 @@
 
 #include <sstream>
 #include <string>
+#include <utility>
+
+#include "worker/comm/tensor_checks.h"
 
 #ifdef DDL_WITH_NCCL
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -54,7 +60,20 @@ void check_unique_id_size(const Bytes& id, const NcclOptions& options, const cha
 #endif
 }
 
+NcclOptions options_in_group(const NcclOptions& options, const GroupPlace& place) {
+  NcclOptions inner = options;
+  inner.rank = place.rank;
+  inner.world_size = place.size;
+  inner.store_prefix = place.store_prefix;
+  return inner;
+}
+
 }  // namespace
+
+NcclOptions nccl_group_options(const NcclOptions& options, const RankGroup& group) {
+  return options_in_group(options, place_in_group("nccl", options.rank, options.world_size, group,
+                                                  options.store_prefix));
+}
 
 bool nccl_available() {
 #ifdef DDL_WITH_NCCL
@@ -90,6 +109,13 @@ std::unique_ptr<Communicator> make_nccl_communicator(Store&, const NcclOptions& 
   throw CommError("nccl on " + rank_text(options) +
                   ": this build has no NCCL (configure with WITH_NCCL=ON and CUDA + NCCL under "
                   "CUDA_HOME or /usr/local/cuda)");
+}
+
+std::unique_ptr<Communicator> make_nccl_communicator(Store& store, const NcclOptions& options,
+                                                     const RankGroup& group) {
+  // The list is checked first, so a bad one reads the same with and without NCCL.
+  nccl_group_options(options, group);
+  return make_nccl_communicator(store, options);
 }
 
 #else  // DDL_WITH_NCCL
@@ -129,11 +155,13 @@ constexpr std::chrono::microseconds kPollInterval{50};
 
 class NcclCommunicator : public Communicator {
  public:
-  NcclCommunicator(const NcclOptions& options, const Bytes& unique_id)
+  // `group_text` names the group in every message ("" for the whole job).
+  NcclCommunicator(const NcclOptions& options, const Bytes& unique_id, std::string group_text)
       : rank_(options.rank),
         size_(options.world_size),
         device_(options.device),
-        timeout_(options.timeout) {
+        timeout_(options.timeout),
+        group_text_(std::move(group_text)) {
     cuda_check("cudaSetDevice", cudaSetDevice(device_));
     cuda_check("cudaStreamCreateWithFlags",
                cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -197,10 +225,7 @@ class NcclCommunicator : public Communicator {
 
   void broadcast(torch::Tensor& tensor, int root) override {
     check_tensor("broadcast", tensor);
-    if (root < 0 || root >= size_) {
-      throw CommError(where("broadcast") + "root " + std::to_string(root) +
-                      " is not a rank (world size " + std::to_string(size_) + ")");
-    }
+    check_root(where("broadcast"), root, size_);
     if (tensor.numel() == 0) return;
     run("broadcast", [&] {
       return ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(),
@@ -222,6 +247,42 @@ class NcclCommunicator : public Communicator {
       });
     }
     return out.unbind(0);
+  }
+
+  // One ncclSend / ncclRecv in its own group, on our stream between the producer stream's work
+  // before and after it, like the collectives.
+  void send(const torch::Tensor& tensor, int dst) override {
+    const std::string at = where("send", "to", dst);
+    check_peer(at, dst, rank_, size_);
+    ddl::check_tensor(at, tensor, nccl_tensor_rules(device_));
+    if (tensor.numel() == 0) return;
+    const ncclDataType_t type = nccl_type(tensor);
+    run(
+        "send",
+        [&] {
+          return grouped([&] {
+            return ncclSend(tensor.data_ptr(), static_cast<std::size_t>(tensor.numel()), type, dst,
+                            comm_, stream_);
+          });
+        },
+        " to rank " + std::to_string(dst));
+  }
+
+  void recv(torch::Tensor& tensor, int src) override {
+    const std::string at = where("recv", "from", src);
+    check_peer(at, src, rank_, size_);
+    ddl::check_tensor(at, tensor, nccl_tensor_rules(device_));
+    if (tensor.numel() == 0) return;
+    const ncclDataType_t type = nccl_type(tensor);
+    run(
+        "recv",
+        [&] {
+          return grouped([&] {
+            return ncclRecv(tensor.data_ptr(), static_cast<std::size_t>(tensor.numel()), type, src,
+                            comm_, stream_);
+          });
+        },
+        " from rank " + std::to_string(src));
   }
 
   void barrier() override {
@@ -255,8 +316,28 @@ class NcclCommunicator : public Communicator {
 
   std::string where(const char* op) const {
     std::ostringstream s;
-    s << "nccl " << op << " on rank " << rank_ << " of " << size_ << " (cuda:" << device_ << "): ";
+    s << "nccl " << op << " on rank " << rank_ << " of " << size_ << group_text_
+      << " (cuda:" << device_ << "): ";
     return s.str();
+  }
+
+  // "nccl send on rank 0 of 2 (cuda:0) (to rank 1): "
+  std::string where(const char* op, const char* direction, int peer) const {
+    std::string text = where(op);
+    text.insert(text.size() - 2,
+                std::string(" (") + direction + " rank " + std::to_string(peer) + ")");
+    return text;
+  }
+
+  // Runs one NCCL call between ncclGroupStart and ncclGroupEnd. The group is ended even when the
+  // call failed, as NCCL requires; the call's failure wins over the end's.
+  template <typename F>
+  static ncclResult_t grouped(F&& call) {
+    const ncclResult_t start = ncclGroupStart();
+    if (start != ncclSuccess) return start;
+    const ncclResult_t body = call();
+    const ncclResult_t end = ncclGroupEnd();
+    return body != ncclSuccess && body != ncclInProgress ? body : end;
   }
 
   std::string nccl_text(ncclResult_t r) const {
@@ -275,19 +356,12 @@ class NcclCommunicator : public Communicator {
   }
 
   void check_tensor(const char* op, const torch::Tensor& tensor) const {
-    if (!tensor.defined()) throw CommError(where(op) + "tensor is undefined");
-    if (!tensor.is_cuda() || tensor.device().index() != device_) {
-      throw CommError(where(op) + "needs a tensor on cuda:" + std::to_string(device_) +
-                      ", got one on " + tensor.device().str());
-    }
-    if (!tensor.is_contiguous()) throw CommError(where(op) + "tensor is not contiguous");
-    nccl_type(tensor, op);
+    ddl::check_tensor(where(op), tensor, nccl_tensor_rules(device_));
   }
 
-  ncclDataType_t nccl_type(const torch::Tensor& tensor, const char* op = "collective") const {
+  // The NCCL type of a tensor check_tensor accepted (nccl_tensor_rules).
+  static ncclDataType_t nccl_type(const torch::Tensor& tensor) {
     switch (tensor.scalar_type()) {
-      case torch::kFloat:
-        return ncclFloat32;
       case torch::kDouble:
         return ncclFloat64;
       case torch::kInt:
@@ -296,10 +370,11 @@ class NcclCommunicator : public Communicator {
         return ncclInt64;
       case torch::kHalf:
         return ncclFloat16;
+      case torch::kFloat:
+        return ncclFloat32;
       default:
-        throw CommError(where(op) + "unsupported dtype " +
-                        std::string(c10::toString(tensor.scalar_type())) +
-                        " (expected float32, float64, int32, int64 or float16)");
+        throw CommError("nccl: dtype " + dtype_name(tensor.scalar_type()) +
+                        " passed the tensor check but has no NCCL type");
     }
   }
 
@@ -311,8 +386,9 @@ class NcclCommunicator : public Communicator {
 
   // Enqueues one NCCL call on our stream between the producer stream's work before it and after
   // it; returns the completion event (owned by the pending list / pool).
+  // `peer_text` (" to rank 1") goes into the message of a call that fails at once.
   template <typename F>
-  cudaEvent_t run(const char* op, F&& call) {
+  cudaEvent_t run(const char* op, F&& call, const std::string& peer_text = "") {
     throw_if_failed(op);
     int previous_device = 0;
     cudaGetDevice(&previous_device);
@@ -341,7 +417,7 @@ class NcclCommunicator : public Communicator {
       ncclResult_t r = call();
       if (r != ncclSuccess && r != ncclInProgress) {
         lock.unlock();
-        fail_and_abort(std::string(op) + " failed: " + nccl_text(r));
+        fail_and_abort(std::string(op) + peer_text + " failed: " + nccl_text(r));
         throw_if_failed(op);
       }
       lock.unlock();
@@ -494,6 +570,7 @@ class NcclCommunicator : public Communicator {
   int size_;
   int device_;
   std::chrono::milliseconds timeout_;
+  std::string group_text_;
 
   cudaStream_t stream_ = nullptr;
   cudaEvent_t ready_event_ = nullptr;  // producer event when LibTorch has no CUDA
@@ -514,8 +591,15 @@ class NcclCommunicator : public Communicator {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_nccl_communicator(Store& store, const NcclOptions& options) {
-  const std::string where = "nccl on " + rank_text(options) + ": ";
+namespace {
+
+std::string group_text(const GroupPlace& place) {
+  return " in group '" + place.label + "' (job rank " + std::to_string(place.job_rank) + ")";
+}
+
+std::unique_ptr<Communicator> connect_nccl(Store& store, const NcclOptions& options,
+                                           const std::string& group) {
+  const std::string where = "nccl on " + rank_text(options) + group + ": ";
   if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
     throw CommError(where + "rank is not within the world size");
   }
@@ -539,7 +623,21 @@ std::unique_ptr<Communicator> make_nccl_communicator(Store& store, const NcclOpt
     }
     return Bytes(unique.internal, unique.internal + sizeof(unique.internal));
   });
-  return std::make_unique<NcclCommunicator>(options, id);
+  return std::make_unique<NcclCommunicator>(options, id, group);
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_nccl_communicator(Store& store, const NcclOptions& options) {
+  return connect_nccl(store, options, "");
+}
+
+std::unique_ptr<Communicator> make_nccl_communicator(Store& store, const NcclOptions& options,
+                                                     const RankGroup& group) {
+  const GroupPlace place =
+      place_in_group("nccl", options.rank, options.world_size, group, options.store_prefix);
+  claim_group(store, place, "nccl", options.timeout);
+  return connect_nccl(store, options_in_group(options, place), group_text(place));
 }
 
 #endif  // DDL_WITH_NCCL
