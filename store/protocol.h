@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "net/frame.h"
 
@@ -37,6 +38,19 @@ enum class Op : std::uint8_t {
 };
 
 inline std::uint8_t byte(Op op) { return static_cast<std::uint8_t>(op); }
+
+// A list of keys on the wire: u32 n, then n strings.
+inline std::vector<std::string> read_keys(net::PayloadReader& r) {
+  const std::uint32_t n = r.u32();
+  std::vector<std::string> keys;
+  for (std::uint32_t i = 0; i < n; ++i) keys.push_back(r.str());
+  return keys;
+}
+
+inline void write_keys(net::PayloadWriter& w, const std::vector<std::string>& keys) {
+  w.u32(static_cast<std::uint32_t>(keys.size()));
+  for (const auto& k : keys) w.str(k);
+}
 
 inline std::string op_name(std::uint8_t op) {
   switch (static_cast<Op>(op)) {

@@ -15,18 +15,8 @@ using net::PayloadWriter;
 using store_detail::describe_keys;
 using store_protocol::byte;
 using store_protocol::Op;
-
-std::vector<std::string> read_keys(PayloadReader& r) {
-  const std::uint32_t n = r.u32();
-  std::vector<std::string> keys;
-  for (std::uint32_t i = 0; i < n; ++i) keys.push_back(r.str());
-  return keys;
-}
-
-void write_keys(PayloadWriter& w, const std::vector<std::string>& keys) {
-  w.u32(static_cast<std::uint32_t>(keys.size()));
-  for (const auto& k : keys) w.str(k);
-}
+using store_protocol::read_keys;
+using store_protocol::write_keys;
 
 std::uint64_t timeout_ms_on_wire(milliseconds timeout) {
   return static_cast<std::uint64_t>(store_detail::clamp_timeout(timeout).count());

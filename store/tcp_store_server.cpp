@@ -24,18 +24,8 @@ using net::PayloadReader;
 using net::PayloadWriter;
 using store_protocol::byte;
 using store_protocol::Op;
-
-std::vector<std::string> read_keys(PayloadReader& r) {
-  const std::uint32_t n = r.u32();
-  std::vector<std::string> keys;
-  for (std::uint32_t i = 0; i < n; ++i) keys.push_back(r.str());
-  return keys;
-}
-
-void write_keys(PayloadWriter& w, const std::vector<std::string>& keys) {
-  w.u32(static_cast<std::uint32_t>(keys.size()));
-  for (const auto& k : keys) w.str(k);
-}
+using store_protocol::read_keys;
+using store_protocol::write_keys;
 
 // A get or wait that could not be answered at once: answered when its keys are all set or when
 // its timer fires, whichever comes first.

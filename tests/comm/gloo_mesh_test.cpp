@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "store/memory_store.h"
+#include "tests/comm/rank_checks.h"
 #include "tests/support/multiprocess.h"
 
 namespace ddl {
@@ -25,33 +26,12 @@ using namespace std::chrono_literals;
 using testing::RankContext;
 using testing::run_ranks;
 
-// Failure inside a rank process: throw with the message; the process exits 1.
-void require(bool ok, const std::string& what) {
-  if (!ok) throw std::runtime_error(what);
-}
-
-// Runs `body`, which must throw CommError with every one of `parts` in its message.
-template <typename F>
-void require_comm_error(F&& body, const std::vector<std::string>& parts, const std::string& what) {
-  try {
-    body();
-  } catch (const CommError& e) {
-    const std::string message = e.what();
-    for (const auto& part : parts) {
-      require(message.find(part) != std::string::npos,
-              what + ": message lacks '" + part + "': " + message);
-    }
-    return;
-  }
-  throw std::runtime_error(what + ": no CommError");
-}
+using testing::require;
+using testing::require_comm_error;
 
 void expect_all_ok(const std::vector<testing::RankResult>& results, std::size_t world) {
   ASSERT_EQ(results.size(), world);
-  for (std::size_t r = 0; r < results.size(); ++r) {
-    EXPECT_TRUE(results[r].exited && results[r].signal == 0 && results[r].exit_code == 0)
-        << "rank " << r << ": " << testing::describe(results[r]);
-  }
+  testing::expect_all_ok(results);
 }
 
 GlooOptions options_for(const RankContext& ctx, std::chrono::milliseconds timeout) {

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "store/memory_store.h"
+#include "tests/comm/rank_checks.h"
 #include "tests/support/multiprocess.h"
 #include "worker/comm/gloo_communicator.h"
 
@@ -24,10 +25,9 @@ class GlooTest : public ::testing::Test {
   void SetUp() override { torch::set_num_threads(1); }
 };
 
-// Failure inside a rank process: throw with the message; the process exits 1.
-void require(bool ok, const std::string& what) {
-  if (!ok) throw std::runtime_error(what);
-}
+using testing::expect_all_ok;
+using testing::require;
+using testing::require_comm_error;
 
 void require_equal(const torch::Tensor& got, const torch::Tensor& want, const std::string& what) {
   if (got.scalar_type() != want.scalar_type() || !got.sizes().equals(want.sizes()) ||
@@ -47,13 +47,6 @@ std::unique_ptr<Communicator> connect(RankContext& ctx, std::chrono::millisecond
   options.host = "127.0.0.1";
   options.timeout = timeout;
   return make_gloo_communicator(ctx.store, options);
-}
-
-void expect_all_ok(const std::vector<testing::RankResult>& results) {
-  for (std::size_t r = 0; r < results.size(); ++r) {
-    EXPECT_TRUE(results[r].exited && results[r].signal == 0 && results[r].exit_code == 0)
-        << "rank " << r << ": " << testing::describe(results[r]);
-  }
 }
 
 // Rank r contributes (r + 1) * (i + 1) at element i (exact in every dtype used here).
@@ -289,22 +282,6 @@ TEST_F(GlooTest, MissingPeerFailsToConnect) {
 }
 
 // --- point to point ------------------------------------------------------------------------------
-
-// Runs `body`, which must throw CommError with every one of `parts` in its message.
-template <typename F>
-void require_comm_error(F&& body, const std::vector<std::string>& parts, const std::string& what) {
-  try {
-    body();
-  } catch (const CommError& e) {
-    const std::string message = e.what();
-    for (const auto& part : parts) {
-      require(message.find(part) != std::string::npos,
-              what + ": message lacks '" + part + "': " + message);
-    }
-    return;
-  }
-  throw std::runtime_error(what + ": no CommError");
-}
 
 TEST_F(GlooTest, PingPongTwoRanks) {
   auto body = [](RankContext& ctx) {
