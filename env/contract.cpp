@@ -103,24 +103,64 @@ std::string join_endpoints(const std::vector<Endpoint>& endpoints) {
   return out;
 }
 
+std::string role_value(Role role) { return role == Role::kServer ? "PSERVER" : "TRAINER"; }
+
+std::string role_noun(Role role) { return role == Role::kServer ? "server" : "trainer"; }
+
+Role parse_role(std::string_view text, std::string_view what) {
+  if (text == "TRAINER") return Role::kTrainer;
+  if (text == "PSERVER") return Role::kServer;
+  fail(what, text, "expected TRAINER or PSERVER");
+}
+
+Role role_of(const EnvMap& env) {
+  const auto v = lookup(env, kTrainingRole);
+  return v ? parse_role(*v, kTrainingRole) : Role::kTrainer;
+}
+
+void set_role(EnvMap& env, Role role) { env[kTrainingRole] = role_value(role); }
+
+std::vector<Endpoint> server_endpoints_of(const EnvMap& env) {
+  const auto v = lookup(env, kPserverEndpoints);
+  if (!v) return {};
+  return parse_endpoint_list(*v, kPserverEndpoints);
+}
+
+void set_server_endpoints(EnvMap& env, const std::vector<Endpoint>& servers) {
+  if (servers.empty()) {
+    env.erase(kPserverEndpoints);
+  } else {
+    env[kPserverEndpoints] = join_endpoints(servers);
+  }
+}
+
 void WorkerContract::validate() const {
   auto bad = [](const std::string& msg) { throw EnvError("inconsistent worker contract: " + msg); };
+  const bool server = role == Role::kServer;
   if (world_size < 1) bad(std::string(kTrainersNum) + "=" + std::to_string(world_size) + " must be >= 1");
-  if (rank < 0 || rank >= world_size) {
-    bad(std::string(kTrainerId) + "=" + std::to_string(rank) + " must be in [0, " +
-        std::to_string(world_size) + ")");
-  }
   if (static_cast<int>(endpoints.size()) != world_size) {
     bad(std::string(kTrainerEndpoints) + " has " + std::to_string(endpoints.size()) +
         " endpoints but " + kTrainersNum + "=" + std::to_string(world_size));
   }
-  if (endpoints[rank] != current) {
-    bad(std::string(kCurrentEndpoint) + "=" + quote(current.str()) + " is not entry " +
-        std::to_string(rank) + " of " + kTrainerEndpoints + " (" + quote(endpoints[rank].str()) + ")");
+  // The processes of this role: the trainers' list, or the servers'.
+  const std::vector<Endpoint>& peers = server ? server_endpoints : endpoints;
+  const char* peers_name = server ? kPserverEndpoints : kTrainerEndpoints;
+  const int peer_count = static_cast<int>(peers.size());
+  if (server && server_endpoints.empty()) {
+    bad(std::string("a server (") + kTrainingRole + "=" + role_value(role) + ") needs " +
+        kPserverEndpoints);
   }
-  if (local_world_size < 1 || local_world_size > world_size) {
+  if (rank < 0 || rank >= peer_count) {
+    bad(std::string(server ? "server index " : std::string(kTrainerId) + "=") +
+        std::to_string(rank) + " must be in [0, " + std::to_string(peer_count) + ")");
+  }
+  if (peers[rank] != current) {
+    bad(std::string(kCurrentEndpoint) + "=" + quote(current.str()) + " is not entry " +
+        std::to_string(rank) + " of " + peers_name + " (" + quote(peers[rank].str()) + ")");
+  }
+  if (local_world_size < 1 || local_world_size > peer_count) {
     bad(std::string(kLocalWorldSize) + "=" + std::to_string(local_world_size) + " must be in [1, " +
-        std::to_string(world_size) + "]");
+        std::to_string(peer_count) + "]");
   }
   if (local_rank < 0 || local_rank >= local_world_size) {
     bad(std::string(kLocalRank) + "=" + std::to_string(local_rank) + " must be in [0, " +
@@ -136,18 +176,25 @@ void WorkerContract::validate() const {
 
 EnvMap to_env(const WorkerContract& c) {
   c.validate();
+  const bool server = c.role == Role::kServer;
   EnvMap env;
-  env[kTrainerId] = std::to_string(c.rank);
+  if (!server) env[kTrainerId] = std::to_string(c.rank);
   env[kTrainersNum] = std::to_string(c.world_size);
   env[kCurrentEndpoint] = c.current.str();
   env[kTrainerEndpoints] = join_endpoints(c.endpoints);
+  if (!c.server_endpoints.empty()) {
+    set_role(env, c.role);
+    set_server_endpoints(env, c.server_endpoints);
+  }
   if (c.gpu) env[kSelectedGpus] = std::to_string(*c.gpu);
-  env[kRank] = std::to_string(c.rank);
-  env[kLocalRank] = std::to_string(c.local_rank);
-  env[kWorldSize] = std::to_string(c.world_size);
-  env[kLocalWorldSize] = std::to_string(c.local_world_size);
-  env[kMasterAddr] = c.endpoints[0].host;
-  env[kMasterPort] = std::to_string(c.endpoints[0].port);
+  if (!server) {
+    env[kRank] = std::to_string(c.rank);
+    env[kLocalRank] = std::to_string(c.local_rank);
+    env[kWorldSize] = std::to_string(c.world_size);
+    env[kLocalWorldSize] = std::to_string(c.local_world_size);
+    env[kMasterAddr] = c.endpoints[0].host;
+    env[kMasterPort] = std::to_string(c.endpoints[0].port);
+  }
   if (!c.job_id.empty()) env[kJobId] = c.job_id;
   if (!c.secret.empty()) env[kJobSecret] = c.secret;
   env[kRendezvousTimeoutMs] = std::to_string(c.rendezvous_timeout.count());
@@ -161,44 +208,67 @@ std::optional<WorkerContract> from_env(const EnvMap& env) {
   const auto cur = lookup(env, kCurrentEndpoint);
   const auto eps = lookup(env, kTrainerEndpoints);
   if (!id && !num && !cur && !eps) return std::nullopt;
-  for (const auto& [name, value] : {std::pair{kTrainerId, &id}, std::pair{kTrainersNum, &num},
-                                    std::pair{kCurrentEndpoint, &cur},
-                                    std::pair{kTrainerEndpoints, &eps}}) {
-    if (!*value) {
-      throw EnvError(std::string("partial worker contract: ") + name +
-                     " is not set but other PADDLE_* variables are (" + kTrainerId + ", " +
-                     kTrainersNum + ", " + kCurrentEndpoint + ", " + kTrainerEndpoints +
+  WorkerContract c;
+  c.role = role_of(env);
+  const bool server = c.role == Role::kServer;
+  c.server_endpoints = server_endpoints_of(env);
+  auto require = [&](const char* name, const std::optional<std::string>& value) {
+    if (value) return;
+    if (server) {
+      throw EnvError(std::string("partial server contract: ") + name + " is not set but " +
+                     kTrainingRole + "=" + role_value(c.role) + " (" + kTrainersNum + ", " +
+                     kCurrentEndpoint + ", " + kTrainerEndpoints + ", " + kPserverEndpoints +
                      " go together)");
     }
-  }
-  WorkerContract c;
-  c.rank = parse_non_negative_int(*id, kTrainerId);
+    throw EnvError(std::string("partial worker contract: ") + name +
+                   " is not set but other PADDLE_* variables are (" + kTrainerId + ", " +
+                   kTrainersNum + ", " + kCurrentEndpoint + ", " + kTrainerEndpoints +
+                   " go together)");
+  };
+  if (!server) require(kTrainerId, id);
+  require(kTrainersNum, num);
+  require(kCurrentEndpoint, cur);
+  require(kTrainerEndpoints, eps);
+  if (server) require(kPserverEndpoints, lookup(env, kPserverEndpoints));
   c.world_size = parse_non_negative_int(*num, kTrainersNum);
   if (c.world_size < 1) fail(kTrainersNum, *num, "expected a world size >= 1");
   c.current = parse_endpoint(*cur, kCurrentEndpoint);
   c.endpoints = parse_endpoint_list(*eps, kTrainerEndpoints);
-  if (c.rank >= c.world_size) {
-    fail(kTrainerId, *id, "rank must be below " + std::string(kTrainersNum) + "=" + *num);
+  if (server) {
+    const auto it = std::find(c.server_endpoints.begin(), c.server_endpoints.end(), c.current);
+    if (it == c.server_endpoints.end()) {
+      fail(kCurrentEndpoint, *cur,
+           "a server's endpoint must be one of " + std::string(kPserverEndpoints) + "=" +
+               quote(join_endpoints(c.server_endpoints)));
+    }
+    c.rank = static_cast<int>(it - c.server_endpoints.begin());
+  } else {
+    c.rank = parse_non_negative_int(*id, kTrainerId);
+    if (c.rank >= c.world_size) {
+      fail(kTrainerId, *id, "rank must be below " + std::string(kTrainersNum) + "=" + *num);
+    }
   }
   if (static_cast<int>(c.endpoints.size()) != c.world_size) {
     fail(kTrainerEndpoints, *eps,
          "has " + std::to_string(c.endpoints.size()) + " endpoints, expected " + kTrainersNum +
              "=" + *num);
   }
-  // Local placement: from torchrun's variables when present, else derived from the endpoints
-  // that share this rank's host.
-  if (auto lr = lookup(env, kLocalRank)) {
+  // Local placement: from torchrun's variables when present (trainers only), else derived from
+  // the endpoints of this role that share this process's host.
+  const std::vector<Endpoint>& peers = server ? c.server_endpoints : c.endpoints;
+  const auto lr = server ? std::nullopt : lookup(env, kLocalRank);
+  const auto lws = server ? std::nullopt : lookup(env, kLocalWorldSize);
+  if (lr) {
     c.local_rank = parse_non_negative_int(*lr, kLocalRank);
   } else {
     c.local_rank = 0;
-    for (int r = 0; r < c.rank; ++r) c.local_rank += c.endpoints[r].host == c.current.host;
+    for (int r = 0; r < c.rank; ++r) c.local_rank += peers[r].host == c.current.host;
   }
-  if (auto lws = lookup(env, kLocalWorldSize)) {
+  if (lws) {
     c.local_world_size = parse_non_negative_int(*lws, kLocalWorldSize);
   } else {
     c.local_world_size = static_cast<int>(std::count_if(
-        c.endpoints.begin(), c.endpoints.end(),
-        [&](const Endpoint& e) { return e.host == c.current.host; }));
+        peers.begin(), peers.end(), [&](const Endpoint& e) { return e.host == c.current.host; }));
   }
   if (auto g = lookup(env, kSelectedGpus)) {
     // Paddle allows "0,1" for a process that drives several GPUs; we drive one per worker.

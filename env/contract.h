@@ -24,6 +24,10 @@ inline constexpr const char* kTrainersNum = "PADDLE_TRAINERS_NUM";           // 
 inline constexpr const char* kCurrentEndpoint = "PADDLE_CURRENT_ENDPOINT";   // ip:port of this rank
 inline constexpr const char* kTrainerEndpoints = "PADDLE_TRAINER_ENDPOINTS"; // all, rank order
 inline constexpr const char* kSelectedGpus = "FLAGS_selected_gpus";          // this rank's GPU id
+// Paddle's parameter-server mode: each process's role and the servers' endpoints. Written only for
+// a job that has servers (Paddle's collective launch sets neither; its ps launch sets both).
+inline constexpr const char* kTrainingRole = "TRAINING_ROLE";                // TRAINER | PSERVER
+inline constexpr const char* kPserverEndpoints = "PADDLE_PSERVERS_IP_PORT_LIST";  // all servers
 // torchrun's contract, so PyTorch-style programs run unchanged.
 inline constexpr const char* kRank = "RANK";
 inline constexpr const char* kLocalRank = "LOCAL_RANK";
@@ -81,10 +85,29 @@ std::string join_endpoints(const std::vector<Endpoint>& endpoints);
 // quoting `what` and the text.
 int parse_non_negative_int(std::string_view text, std::string_view what);
 
+// What a launched process is in its job: a trainer (every process of a collective job) or a
+// parameter server.
+enum class Role { kTrainer, kServer };
+
+// TRAINING_ROLE's value for `role`: "TRAINER" or "PSERVER".
+std::string role_value(Role role);
+// Parses TRAINING_ROLE's value (exactly "TRAINER" or "PSERVER"). Throws EnvError quoting `what`
+// and the text.
+Role parse_role(std::string_view text, std::string_view what);
+// The role named in messages and log file names: "trainer" or "server".
+std::string role_noun(Role role);
+
 // --- The contract -------------------------------------------------------------------------------
 // Everything one worker is told about its place in the job.
+//
+// Trainers and servers share the struct. For a trainer everything is as in a collective job and
+// `server_endpoints` lists the job's servers (empty in a collective job). For a server `rank` is
+// its index among the servers and `current` is server_endpoints[rank]; world_size and endpoints
+// still describe the trainers, local_rank/local_world_size count this node's servers, and
+// torchrun's variables (which know no servers) are not written.
 struct WorkerContract {
-  int rank = 0;              // global rank, node-major
+  Role role = Role::kTrainer;
+  int rank = 0;              // global rank, node-major (a server: its index among the servers)
   int world_size = 1;
   int local_rank = 0;        // index among the workers of this node
   int local_world_size = 1;
@@ -95,20 +118,38 @@ struct WorkerContract {
   std::string secret;               // may be empty: the store then admits anyone with the job id
   std::chrono::milliseconds rendezvous_timeout = kDefaultRendezvousTimeout;
   int restart_count = 0;
+  // PADDLE_PSERVERS_IP_PORT_LIST: every server's endpoint; empty in a collective job. Required
+  // (non-empty) for a server.
+  std::vector<Endpoint> server_endpoints;
 
   // Throws EnvError when the fields are inconsistent (rank >= world, endpoint count != world,
-  // current != endpoints[rank], local_rank >= local_world_size, ...).
+  // current != endpoints[rank] (a server: != server_endpoints[rank]), local_rank >=
+  // local_world_size, a server without server endpoints, ...).
   void validate() const;
 };
 
-// The variables that carry `c`: Paddle's, torchrun's and ours. Validates first.
+// The variables that carry `c`: Paddle's, torchrun's and ours. Validates first. TRAINING_ROLE and
+// PADDLE_PSERVERS_IP_PORT_LIST are written only when the job has servers (`server_endpoints` not
+// empty), so a collective job's environment is exactly Paddle's collective one. A server gets no
+// PADDLE_TRAINER_ID and no torchrun variables.
 EnvMap to_env(const WorkerContract& c);
 
 // Reads a contract back from `env`.
 // - No contract variable at all: std::nullopt (the program runs as a world of one).
 // - A partial or inconsistent contract: throws EnvError naming the variable and its value.
 // Paddle's variables are the contract; torchrun's are written for other programs, not read.
+// TRAINING_ROLE unset means a trainer. A server's index is its PADDLE_CURRENT_ENDPOINT's position
+// in PADDLE_PSERVERS_IP_PORT_LIST (as Paddle's role maker finds it).
 std::optional<WorkerContract> from_env(const EnvMap& env);
+
+// The typed pieces on their own, for programs that read or set one of them:
+// TRAINING_ROLE (unset: trainer; anything but TRAINER/PSERVER: EnvError quoting it) ...
+Role role_of(const EnvMap& env);
+void set_role(EnvMap& env, Role role);
+// ... and PADDLE_PSERVERS_IP_PORT_LIST (unset: empty; set, it must be a non-empty endpoint list,
+// else EnvError). set_server_endpoints with an empty list removes the variable.
+std::vector<Endpoint> server_endpoints_of(const EnvMap& env);
+void set_server_endpoints(EnvMap& env, const std::vector<Endpoint>& servers);
 
 // Log level requested through the environment (DDL_LOG_LEVEL), if any. Not validated here.
 std::optional<std::string> log_level(const EnvMap& env);

@@ -12,8 +12,12 @@
 //   --step_ms N        ... sleeping N ms before each step
 //   --start_file PATH  ... once PATH exists (checked every 10 ms for at most 60 s, else exit 3)
 //   -- ARGS...         print each of ARGS as "ARG <arg>"
-// The steps honour DDL_FAULT (env/contract.h): the rank it names exits, aborts or hangs on
-// reaching its step, in the start of the job it names (DDL_RESTART_COUNT), before printing it.
+// The steps honour DDL_FAULT (env/contract.h) through the project's FaultInjector
+// (worker/runtime/fault.h): the rank it names logs "fault injection: rank R ..." and exits, aborts
+// or hangs on reaching its step (hello_worker counts steps from 0), in the start of the job it
+// names (DDL_RESTART_COUNT), before printing it.
+// Started as a parameter server (TRAINING_ROLE=PSERVER) it introduces itself as "server I" and
+// prints "server I step S ..." lines; DDL_FAULT and --fail_rank concern trainers only.
 #include <signal.h>
 #include <unistd.h>
 
@@ -27,6 +31,7 @@
 
 #include "env/contract.h"
 #include "logging/log.h"
+#include "worker/runtime/fault.h"
 
 namespace {
 
@@ -119,24 +124,6 @@ HelloOptions parse(int argc, char** argv) {
   std::exit(o.exit_code);
 }
 
-// Does what `fault` says; returns only when the action is "hang" and a signal ends it.
-void inject(const ddl::env::FaultSpec& fault, int rank, std::int64_t step) {
-  using Action = ddl::env::FaultSpec::Action;
-  say("FAULT rank " + std::to_string(rank) + " step " + std::to_string(step) + ": " +
-      (fault.action == Action::kExit    ? "exit " + std::to_string(fault.exit_code)
-       : fault.action == Action::kAbort ? std::string("abort")
-                                        : std::string("hang")));
-  switch (fault.action) {
-    case Action::kExit:
-      ::_exit(fault.exit_code);
-    case Action::kAbort:
-      ::signal(SIGABRT, SIG_DFL);
-      std::abort();
-    case Action::kHang:
-      while (true) ::pause();
-  }
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -152,26 +139,35 @@ int main(int argc, char** argv) {
   }
   const int rank = contract ? contract->rank : 0;
   const int restart_count = contract ? contract->restart_count : 0;
-  std::optional<ddl::env::FaultSpec> fault;
+  const bool trainer = !contract || contract->role == ddl::env::Role::kTrainer;
+  // "rank 3" or "server 1": how this process names itself.
+  const std::string me = (trainer ? "rank " : "server ") + std::to_string(rank);
+  std::optional<ddl::FaultInjector> fault;
   try {
-    fault = ddl::env::fault_spec(env);
+    if (trainer) fault.emplace(env, rank, restart_count);
   } catch (const ddl::env::EnvError& e) {
     say(std::string("hello_worker: bad environment: ") + e.what());
     return 2;
   }
-  ddl::logging::init(ddl::logging::rank_role(rank), spdlog::level::info);
+  ddl::logging::init(trainer ? ddl::logging::rank_role(rank) : me, spdlog::level::info);
 
   if (o.ignore_sigterm) ::signal(SIGTERM, SIG_IGN);
   if (o.ignore_signals) {
     for (int signo : {SIGINT, SIGTERM, SIGHUP}) ::signal(signo, SIG_IGN);
   }
 
-  if (contract) {
+  if (contract && trainer) {
     say("hello from rank " + std::to_string(contract->rank) + " of " +
         std::to_string(contract->world_size) + " (local rank " +
         std::to_string(contract->local_rank) + " of " + std::to_string(contract->local_world_size) +
         "), endpoint " + contract->current.str() + ", gpu " +
         (contract->gpu ? std::to_string(*contract->gpu) : std::string("none")));
+  } else if (contract) {
+    say("hello from server " + std::to_string(contract->rank) + " of " +
+        std::to_string(contract->server_endpoints.size()) + " (local server " +
+        std::to_string(contract->local_rank) + " of " + std::to_string(contract->local_world_size) +
+        "), endpoint " + contract->current.str() + ", " + std::to_string(contract->world_size) +
+        " trainer(s)");
   } else {
     say("hello from a world of one (no worker contract in the environment)");
   }
@@ -179,7 +175,8 @@ int main(int argc, char** argv) {
   for (const char* name :
        {kTrainerId, kTrainersNum, kCurrentEndpoint, kTrainerEndpoints, kSelectedGpus, kRank,
         kLocalRank, kWorldSize, kLocalWorldSize, kMasterAddr, kMasterPort, kOmpNumThreads, kJobId,
-        kRendezvousTimeoutMs, kRestartCount, kLogLevel, kFault}) {
+        kRendezvousTimeoutMs, kRestartCount, kLogLevel, kFault, kTrainingRole,
+        kPserverEndpoints}) {
     say(std::string("ENV ") + name + "=" + lookup(env, name).value_or("<unset>"));
   }
   for (const std::string& name : o.show_env) {
@@ -189,7 +186,7 @@ int main(int argc, char** argv) {
   spdlog::info("this line goes to stderr");
 
   for (int i = 0; i < o.lines; ++i) {
-    const std::string head = "rank " + std::to_string(rank) + " line " + std::to_string(i);
+    const std::string head = me + " line " + std::to_string(i);
     const std::string body = " of " + std::to_string(o.lines) + " " + std::string(40, 'x');
     if (o.split_writes) {
       write_all(head);
@@ -222,12 +219,12 @@ int main(int argc, char** argv) {
   }
   for (int step = 0; step < o.steps; ++step) {
     if (o.step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.step_ms));
-    if (fault && fault->fires(rank, step, restart_count)) inject(*fault, rank, step);
-    say("rank " + std::to_string(rank) + " step " + std::to_string(step) + " restart " +
-        std::to_string(restart_count));
+    if (fault) fault->at_step(step);
+    say(me + " step " + std::to_string(step) + " restart " + std::to_string(restart_count));
   }
 
-  if (o.fail_rank && *o.fail_rank == rank) finish(o);
+  const bool failing_rank = o.fail_rank && trainer && *o.fail_rank == rank;
+  if (failing_rank) finish(o);
   if (o.sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.sleep_ms));
   if (o.fail_rank) return 0;
   finish(o);

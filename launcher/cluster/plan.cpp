@@ -83,9 +83,9 @@ ClusterPlan make_plan(const LaunchOptions& options, const PlanInputs& inputs) {
     c.endpoints = plan.endpoints;
     c.current = plan.endpoints[c.rank];
     if (!options.selected_gpus.empty()) c.gpu = options.selected_gpus[i];
-    c.job_id = inputs.job_id;
+    c.job_id = inputs.generation.job_id(inputs.job_id);
     c.secret = inputs.job_secret;
-    c.restart_count = inputs.restart_count;
+    c.restart_count = inputs.generation.index();
     if (options.rendezvous_timeout) c.rendezvous_timeout = *options.rendezvous_timeout;
     w.env = env::to_env(c);
     if (plan.omp_threads_defaulted) {
@@ -100,10 +100,6 @@ ClusterPlan make_plan(const LaunchOptions& options, const PlanInputs& inputs) {
 env::EnvMap merge_env(env::EnvMap env, const env::EnvMap& overrides) {
   for (const auto& [name, value] : overrides) env[name] = value;
   return env;
-}
-
-std::string generation_job_id(const std::string& job_id, int restart_count) {
-  return job_id + "-g" + std::to_string(restart_count);
 }
 
 std::string random_hex(std::size_t bytes) {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "env/contract.h"
+#include "launcher/cluster/generation.h"
 #include "launcher/options/options.h"
 
 namespace ddl::launcher {
@@ -38,9 +39,10 @@ struct PlanInputs {
   int cores = 1;           // usable cores of this machine
   env::EnvMap caller_env;  // the launcher's own environment
   PortPicker pick_ports;   // used only when --started_port is unset
-  std::string job_id;      // DDL_JOB_ID for every worker (one rendezvous generation)
+  // The job's id; every worker gets DDL_JOB_ID = generation.job_id(job_id).
+  std::string job_id;
   std::string job_secret;  // DDL_JOB_SECRET for every worker
-  int restart_count = 0;   // DDL_RESTART_COUNT: 0 on the first start, then 1, 2, ...
+  Generation generation;   // DDL_RESTART_COUNT: its index
   // Multi-node: every rank's endpoint in rank order (nnodes * nproc_per_node of them), as agreed
   // through the control store, and this node's index. Unset: the plan comes from the options.
   std::optional<std::vector<env::Endpoint>> cluster_endpoints;
@@ -66,10 +68,6 @@ ClusterPlan make_plan(const LaunchOptions& options, const PlanInputs& inputs);
 
 // `env` with `overrides` applied (the plan wins over the caller).
 env::EnvMap merge_env(env::EnvMap env, const env::EnvMap& overrides);
-
-// The job id of rendezvous generation `restart_count`: "<job_id>-g<restart_count>". Each start of
-// the job gets its own, so the store refuses a late client of an earlier generation.
-std::string generation_job_id(const std::string& job_id, int restart_count);
 
 // `bytes` random bytes from std::random_device as lowercase hex (job ids and secrets).
 std::string random_hex(std::size_t bytes);

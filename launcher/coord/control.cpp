@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <map>
-#include <regex>
 #include <sstream>
 
+#include "store/prefix_store.h"
 #include "store/tcp_store.h"
 
 namespace ddl::launcher {
@@ -16,10 +16,7 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 constexpr const char* kFailedKey = "failed";
-constexpr const char* kFailedCountKey = "failed_count";
 constexpr const char* kJobIdKey = "job_id";
-
-std::string key(const char* prefix, int node) { return std::string(prefix) + std::to_string(node); }
 
 Bytes bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
 std::string text(const Bytes& b) { return std::string(b.begin(), b.end()); }
@@ -36,76 +33,26 @@ std::string list_nodes(const std::vector<int>& nodes) {
   return out;
 }
 
+// The control store's per-node keys over one connection: a view per family, each key being the
+// node's number ("desc/3" in the store).
+struct NodeKeys {
+  explicit NodeKeys(Store& store)
+      : claims(store, "claim"),
+        descriptions(store, "desc"),
+        endpoints(store, "endpoints"),
+        heartbeats(store, "hb"),
+        goodbyes(store, "bye") {}
+
+  static std::string of(int node) { return std::to_string(node); }
+
+  PrefixStore claims;        // how many launchers claimed the node (more than 1: a duplicate)
+  PrefixStore descriptions;  // the node's JobDescription record
+  PrefixStore endpoints;     // the node's endpoints record
+  PrefixStore heartbeats;    // a counter the node's watcher adds to
+  PrefixStore goodbyes;      // set when the node's launcher is done
+};
+
 }  // namespace
-
-// --- Descriptions and records -------------------------------------------------------------------
-
-std::string encode_description(const JobDescription& d) {
-  std::string out;
-  for (const auto& [name, value] : d) {
-    std::string v = value;
-    std::replace(v.begin(), v.end(), '\n', ' ');
-    out += name + "=" + v + "\n";
-  }
-  return out;
-}
-
-JobDescription decode_description(const std::string& text) {
-  JobDescription d;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    const std::size_t eq = line.find('=');
-    if (eq == std::string::npos) continue;
-    d.emplace_back(line.substr(0, eq), line.substr(eq + 1));
-  }
-  return d;
-}
-
-std::optional<std::string> description_mismatch(const JobDescription& mine, int my_node,
-                                                const JobDescription& theirs, int their_node) {
-  std::map<std::string, std::string> other(theirs.begin(), theirs.end());
-  auto differs = [&](const std::string& name, const std::string& here, const std::string& there) {
-    return "the job description differs between nodes: " + name + " is '" + here + "' on node " +
-           std::to_string(my_node) + " (this node) but '" + there + "' on node " +
-           std::to_string(their_node);
-  };
-  for (const auto& [name, value] : mine) {
-    auto it = other.find(name);
-    const std::string there = it == other.end() ? std::string("<not given>") : it->second;
-    if (there != value) return differs(name, value, there);
-    other.erase(name);
-  }
-  if (!other.empty()) return differs(other.begin()->first, "<not given>", other.begin()->second);
-  return std::nullopt;
-}
-
-std::string FailureRecord::str() const {
-  std::string out = "node " + std::to_string(node);
-  if (rank) out += " rank " + std::to_string(*rank);
-  return out + " exit " + std::to_string(exit_code) + ": " + what;
-}
-
-FailureRecord FailureRecord::parse(const std::string& text) {
-  static const std::regex form(R"(node (\d+)(?: rank (\d+))? exit (\d+): ([\s\S]*))");
-  std::smatch m;
-  FailureRecord r;
-  if (!std::regex_match(text, m, form)) {
-    r.node = -1;
-    r.what = text;
-    return r;
-  }
-  try {
-    r.node = std::stoi(m[1]);
-    if (m[2].matched) r.rank = std::stoi(m[2]);
-    r.exit_code = std::stoi(m[3]);
-  } catch (const std::exception&) {
-    r = FailureRecord{-1, std::nullopt, 1, text};
-    return r;
-  }
-  r.what = m[4];
-  return r;
-}
 
 // --- ControlChannel -----------------------------------------------------------------------------
 
@@ -150,16 +97,19 @@ ControlChannel::Agreement ControlChannel::rendezvous(const JobDescription& mine,
                                                      const std::string& proposed_job_id) {
   const int me = options_.node_rank;
   const auto deadline = Clock::now() + options_.rendezvous_timeout;
-  const std::string claim = key("claim/", me);
+  NodeKeys keys(*store_);
   auto duplicate = [&] {
     return ControlError("another launcher has already joined the job as node " +
                         std::to_string(me) + " (check --node_rank / --node_ip / SLURM_NODEID)");
   };
+  auto source = [&](const PrefixStore& view, int node) {
+    return "key '" + view.full_key(NodeKeys::of(node)) + "' of the control store at " + where();
+  };
   try {
-    if (store_->add(claim, 1) > 1) throw duplicate();
-    if (me == 0) store_->set(kJobIdKey, bytes(proposed_job_id));
-    store_->set(key("endpoints/", me), bytes(env::join_endpoints(local)));
-    store_->set(key("desc/", me), bytes(encode_description(mine)));
+    if (keys.claims.add(NodeKeys::of(me), 1) > 1) throw duplicate();
+    if (me == 0) store_->set(kJobIdKey, bytes(encode_job_id(proposed_job_id)));
+    keys.endpoints.set(NodeKeys::of(me), bytes(encode_endpoints(local)));
+    keys.descriptions.set(NodeKeys::of(me), bytes(encode_description(mine)));
 
     std::vector<int> pending;
     for (int n = 0; n < options_.nnodes; ++n) {
@@ -167,8 +117,7 @@ ControlChannel::Agreement ControlChannel::rendezvous(const JobDescription& mine,
     }
     while (true) {
       for (auto it = pending.begin(); it != pending.end();) {
-        const std::string desc_key = key("desc/", *it);
-        if (!store_->check({desc_key})) {
+        if (!keys.descriptions.check({NodeKeys::of(*it)})) {
           ++it;
           continue;
         }
@@ -176,12 +125,14 @@ ControlChannel::Agreement ControlChannel::rendezvous(const JobDescription& mine,
           std::lock_guard<std::mutex> lock(mutex_);
           joined_.insert(*it);
         }
-        const JobDescription theirs = decode_description(text(store_->get(desc_key, milliseconds(0))));
+        const JobDescription theirs = decode_description(
+            text(keys.descriptions.get(NodeKeys::of(*it), milliseconds(0))),
+            source(keys.descriptions, *it));
         if (auto why = description_mismatch(mine, me, theirs, *it)) throw ControlError(*why);
         it = pending.erase(it);
       }
       if (pending.empty()) break;
-      if (store_->add(claim, 0) > 1) throw duplicate();
+      if (keys.claims.add(NodeKeys::of(me), 0) > 1) throw duplicate();
       const auto now = Clock::now();
       if (now >= deadline) {
         throw ControlError("node(s) " + list_nodes(pending) + " of " +
@@ -192,18 +143,18 @@ ControlChannel::Agreement ControlChannel::rendezvous(const JobDescription& mine,
                            "node list, ports and DDL_JOB_SECRET?");
       }
       const auto left = std::chrono::duration_cast<milliseconds>(deadline - now);
-      try {
-        store_->wait({key("desc/", pending.front())}, std::min(kControlPollInterval, left));
-      } catch (const StoreTimeout&) {
-      }
+      // Woken early by the first pending node's description; the others are checked each round.
+      keys.descriptions.wait_for({NodeKeys::of(pending.front())},
+                                 std::min(kControlPollInterval, left));
     }
 
     Agreement agreement;
     for (int n = 0; n < options_.nnodes; ++n) {
-      const std::string value =
-          n == me ? env::join_endpoints(local)
-                  : text(store_->get(key("endpoints/", n), options_.heartbeat_timeout));
-      const auto theirs = env::parse_endpoint_list(value, "endpoints of node " + std::to_string(n));
+      const std::vector<env::Endpoint> theirs =
+          n == me ? local
+                  : decode_endpoints(
+                        text(keys.endpoints.get(NodeKeys::of(n), options_.heartbeat_timeout)),
+                        source(keys.endpoints, n));
       if (theirs.size() != local.size()) {
         throw ControlError("node " + std::to_string(n) + " published " +
                            std::to_string(theirs.size()) + " endpoint(s), this node " +
@@ -212,13 +163,13 @@ ControlChannel::Agreement ControlChannel::rendezvous(const JobDescription& mine,
       agreement.endpoints.insert(agreement.endpoints.end(), theirs.begin(), theirs.end());
     }
     agreement.job_id =
-        me == 0 ? proposed_job_id : text(store_->get(kJobIdKey, options_.heartbeat_timeout));
+        me == 0 ? proposed_job_id
+                : decode_job_id(text(store_->get(kJobIdKey, options_.heartbeat_timeout)),
+                                "key '" + std::string(kJobIdKey) + "' of the control store at " +
+                                    where());
     return agreement;
   } catch (const StoreError& e) {
     throw ControlError("node " + std::to_string(me) + ": control store at " + where() + ": " +
-                       e.what());
-  } catch (const env::EnvError& e) {
-    throw ControlError("node " + std::to_string(me) + ": bad endpoints from the control store: " +
                        e.what());
   }
 }
@@ -235,15 +186,22 @@ void ControlChannel::watch(std::shared_ptr<ExternalStop> stop) {
   watcher_ = std::thread([this, stop = std::move(stop)] { watch_loop(stop); });
 }
 
-std::optional<FailureRecord> ControlChannel::read_failure(TcpStore& store) {
+std::optional<FailureRecord> ControlChannel::read_failure(Store& store) {
   if (!store.check({kFailedKey})) return std::nullopt;
-  return FailureRecord::parse(text(store.get(kFailedKey, milliseconds(0))));
+  const std::string value = text(store.get(kFailedKey, milliseconds(0)));
+  try {
+    return decode_failure(value, "key '" + std::string(kFailedKey) + "' of the control store at " +
+                                     where());
+  } catch (const RecordError& e) {
+    spdlog::error("{}", e.what());
+    return FailureRecord{-1, std::nullopt, 1, e.what()};
+  }
 }
 
-bool ControlChannel::publish_failure(TcpStore& store, const FailureRecord& record) {
-  if (store.add(kFailedCountKey, 1) != 1) return false;  // another failure was first
-  store.set(kFailedKey, bytes(record.str()));
-  return true;
+bool ControlChannel::publish_failure(Store& store, const FailureRecord& record) {
+  const Bytes mine = bytes(encode_failure(record));
+  const std::optional<Bytes> now = store.compare_set(kFailedKey, std::nullopt, mine);
+  return now && *now == mine;  // another failure was first otherwise
 }
 
 void ControlChannel::watch_loop(std::shared_ptr<ExternalStop> stop) {
@@ -256,21 +214,16 @@ void ControlChannel::watch_loop(std::shared_ptr<ExternalStop> stop) {
   };
   std::map<int, Beat> beats;
   std::set<int> gone;  // said goodbye or declared lost
+  NodeKeys watch_keys(*watch_store_);
   while (!stopping_) {
     try {
       auto now = Clock::now();
       if (now >= next_beat) {
-        watch_store_->add(key("hb/", me), 1);
+        watch_keys.heartbeats.add(NodeKeys::of(me), 1);
         next_beat = now + options_.heartbeat_interval;
       }
       if (!delivered) {
-        bool set = true;
-        try {
-          watch_store_->wait({kFailedKey}, kControlPollInterval);
-        } catch (const StoreTimeout&) {
-          set = false;
-        }
-        if (set) {
+        if (watch_store_->wait_for({kFailedKey}, kControlPollInterval)) {
           const auto record = read_failure(*watch_store_);
           delivered = true;
           {
@@ -289,11 +242,11 @@ void ControlChannel::watch_loop(std::shared_ptr<ExternalStop> stop) {
       now = Clock::now();
       for (int n = 1; n < options_.nnodes; ++n) {
         if (gone.count(n)) continue;
-        if (watch_store_->check({key("bye/", n)})) {
+        if (watch_keys.goodbyes.check({NodeKeys::of(n)})) {
           gone.insert(n);
           continue;
         }
-        const std::int64_t value = watch_store_->add(key("hb/", n), 0);
+        const std::int64_t value = watch_keys.heartbeats.add(NodeKeys::of(n), 0);
         Beat& beat = beats[n];
         if (value != beat.value) {
           beat.value = value;
@@ -341,9 +294,10 @@ void ControlChannel::report_failure(const FailureNotice& notice) {
 
 std::optional<FailureRecord> ControlChannel::finish() {
   const int me = options_.node_rank;
+  NodeKeys keys(*store_);
   if (me != 0) {
     try {
-      store_->set(key("bye/", me), bytes("1"));
+      keys.goodbyes.set(NodeKeys::of(me), bytes("1"));
     } catch (const StoreError& e) {
       spdlog::debug("could not say goodbye to node 0: {}", e.what());
     }
@@ -358,7 +312,7 @@ std::optional<FailureRecord> ControlChannel::finish() {
           lost = lost_nodes_;
         }
         for (int n = 1; n < options_.nnodes; ++n) {
-          if (!lost.count(n) && !store_->check({key("bye/", n)})) pending.push_back(n);
+          if (!lost.count(n) && !keys.goodbyes.check({NodeKeys::of(n)})) pending.push_back(n);
         }
         if (pending.empty()) break;
         if (!linger_deadline && (store_->check({kFailedKey}) || !watcher_.joinable())) {
@@ -369,8 +323,7 @@ std::optional<FailureRecord> ControlChannel::finish() {
                        list_nodes(pending), seconds_text(options_.linger_timeout));
           break;
         }
-        store_->wait({key("bye/", pending.front())}, kControlPollInterval);
-      } catch (const StoreTimeout&) {
+        keys.goodbyes.wait_for({NodeKeys::of(pending.front())}, kControlPollInterval);
       } catch (const StoreError& e) {
         spdlog::error("control store: {}", e.what());
         break;
@@ -397,24 +350,22 @@ void ControlChannel::abandon() {
   const int me = options_.node_rank;
   stopping_ = true;
   if (watcher_.joinable()) watcher_.join();
+  NodeKeys keys(*store_);
   try {
     if (me != 0) {
-      store_->set(key("bye/", me), bytes("1"));
+      keys.goodbyes.set(NodeKeys::of(me), bytes("1"));
       return;
     }
     const auto deadline = Clock::now() + options_.linger_timeout;
     while (Clock::now() < deadline) {
       std::vector<std::string> pending;
       for (int n = 1; n < options_.nnodes; ++n) {
-        if (store_->add(key("claim/", n), 0) > 0 && !store_->check({key("bye/", n)})) {
-          pending.push_back(key("bye/", n));
+        if (keys.claims.add(NodeKeys::of(n), 0) > 0 && !keys.goodbyes.check({NodeKeys::of(n)})) {
+          pending.push_back(NodeKeys::of(n));
         }
       }
       if (pending.empty()) return;
-      try {
-        store_->wait({pending.front()}, kControlPollInterval);
-      } catch (const StoreTimeout&) {
-      }
+      keys.goodbyes.wait_for({pending.front()}, kControlPollInterval);
     }
   } catch (const StoreError& e) {
     spdlog::debug("control store while giving up: {}", e.what());

@@ -5,13 +5,16 @@
 //   endpoints; a node whose description differs from another's fails with a ControlError naming
 //   the field and both values, on both sides; a node that does not join within the rendezvous
 //   deadline is named in a ControlError. Node 0's job id is adopted by every node;
-// - fail fast together: the first node whose job fails for good sets the key "failed" to
-//   "node N [rank R ]exit C: what" (FailureRecord); every launcher watches that key on a thread
-//   of its own (ControlChannel::watch) and stops its workers through an ExternalStop;
+// - fail fast together: the first node whose job fails for good sets the key "failed"
+//   (atomically, compare-and-set on an absent key) to a failure record (FailureRecord,
+//   launcher/coord/records.h); every launcher watches that key on a thread of its own
+//   (ControlChannel::watch) and stops its workers through an ExternalStop;
 // - notice a vanished launcher: every node adds to "hb/<node>" every heartbeat_interval; node 0
 //   declares a node that stops (and has not said goodbye) failed after heartbeat_timeout. The
 //   other nodes notice node 0's loss as a broken connection or a reply that does not come within
 //   heartbeat_timeout.
+// Records are JSON (launcher/coord/records.h); per-node keys live in one PrefixStore view per
+// family ("claim/<node>", "desc/<node>", "endpoints/<node>", "hb/<node>", "bye/<node>").
 // Single-node jobs use none of this.
 #pragma once
 
@@ -28,46 +31,17 @@
 #include <vector>
 
 #include "env/contract.h"
+#include "launcher/coord/records.h"
 #include "launcher/supervise/supervisor.h"
 
 namespace ddl {
+class Store;
 class TcpStore;
 class TcpStoreServer;
 struct TcpStoreOptions;
 }  // namespace ddl
 
 namespace ddl::launcher {
-
-// The nodes could not form the job: a description differs, a node did not join in time, the
-// control store could not be hosted or reached. `launch` prints it as one line and exits 2.
-class ControlError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-// What every node must agree on, as (name, value) pairs in a fixed order.
-using JobDescription = std::vector<std::pair<std::string, std::string>>;
-
-// "name=value" lines; newlines in values are replaced by spaces.
-std::string encode_description(const JobDescription& d);
-JobDescription decode_description(const std::string& text);
-
-// nullopt when `mine` and `theirs` agree; else "the job description differs between nodes:
-// nproc_per_node is 2 on node 0 (this node) but 3 on node 1".
-std::optional<std::string> description_mismatch(const JobDescription& mine, int my_node,
-                                                const JobDescription& theirs, int their_node);
-
-// The first failure of a job, as stored under "failed".
-struct FailureRecord {
-  int node = 0;
-  std::optional<int> rank;
-  int exit_code = 1;
-  std::string what;
-
-  std::string str() const;  // "node 1 rank 3 exit 137: rank 3 was killed by SIGKILL (...)"
-  // Parses str()'s form; an unreadable text becomes {node -1, exit 1, what = text}.
-  static FailureRecord parse(const std::string& text);
-};
 
 struct ControlOptions {
   env::Endpoint endpoint;  // node 0's control store
@@ -102,7 +76,7 @@ class ControlChannel {
   // Publishes this node's description and endpoints (and, on node 0, `proposed_job_id`), waits
   // for every node's, compares them and returns the job's endpoints. Throws ControlError for a
   // mismatch, a second launcher claiming this node rank, a node missing at the deadline, or a
-  // lost connection.
+  // lost connection, and RecordError (a ControlError) for a record that cannot be decoded.
   Agreement rendezvous(const JobDescription& mine, const std::vector<env::Endpoint>& local,
                        const std::string& proposed_job_id);
 
@@ -128,8 +102,11 @@ class ControlChannel {
   // Options for a store client of this channel: job, secret and node as configured.
   TcpStoreOptions store_options(std::chrono::milliseconds connect_timeout) const;
   void watch_loop(std::shared_ptr<ExternalStop> stop);
-  std::optional<FailureRecord> read_failure(TcpStore& store);
-  bool publish_failure(TcpStore& store, const FailureRecord& record);
+  // The record under "failed", if set. A malformed one is reported as a failure of unknown origin
+  // (node -1) quoting the decoder's error: the job still fails fast.
+  std::optional<FailureRecord> read_failure(Store& store);
+  // Sets "failed" to `record` unless another failure was first; true when this one won.
+  bool publish_failure(Store& store, const FailureRecord& record);
   std::string where() const;
 
   ControlOptions options_;

@@ -1,18 +1,19 @@
+// The job's state machine on this node: starting a generation, reaping, the hang guard, signals,
+// external stops, and asking the restart policy when a generation ends. The pieces it drives live
+// next to it: output.h (log fan-out), group_stop.h (the stop sequence), watchdog.h.
 #include "launcher/supervise/supervisor.h"
 
 #include <fcntl.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/prctl.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <array>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/process/args.hpp>
@@ -23,14 +24,15 @@
 #include <boost/process/extend.hpp>
 #include <boost/process/io.hpp>
 #include <cerrno>
-#include <cstdint>
 #include <cstring>
-#include <deque>
 #include <filesystem>
 #include <memory>
-#include <optional>
+#include <set>
 #include <sstream>
 #include <utility>
+
+#include "launcher/supervise/group_stop.h"
+#include "launcher/supervise/watchdog.h"
 
 namespace ddl::launcher {
 
@@ -40,50 +42,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// PATH is not part of the worker contract, so it has no constant in env/contract.h; it is read
-// from the environment snapshot like every other variable.
-constexpr const char* kPathVariable = "PATH";
-constexpr const char* kDefaultPath = "/usr/local/bin:/usr/bin:/bin";
-
-// A line longer than this without a newline is emitted as it stands.
-constexpr std::size_t kMaxLineBytes = 64 * 1024;
-// After the last worker is reaped, how long to wait for its output pipe to reach EOF (a
+// After the last process is reaped, how long to wait for its output pipe to reach EOF (a
 // grandchild outside the process group may hold it open).
 constexpr std::chrono::milliseconds kDrainTimeout{1000};
 
-bool is_executable_file(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
-}
-
-// Writes all of `data` to `fd`; false on error (e.g. EPIPE when the console went away).
-bool write_all(int fd, const char* data, std::size_t size) {
-  while (size > 0) {
-    ssize_t n = ::write(fd, data, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    data += n;
-    size -= static_cast<std::size_t>(n);
-  }
-  return true;
-}
-
-std::string describe_status(int status) {
-  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) {
-    return "was killed by " + signal_name(WTERMSIG(status)) + " (exit code " +
-           std::to_string(128 + WTERMSIG(status)) + ")";
-  }
-  return "ended with wait status " + std::to_string(status);
-}
-
-int exit_code_of(int status) {
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return 1;
-}
+using Clock = std::chrono::steady_clock;
 
 // Runs in the forked child before exec: own process group, die with the launcher, output to the
 // pipe, signal state as a fresh process expects it.
@@ -101,114 +64,6 @@ void prepare_child(pid_t launcher_pid, int out_fd) {
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
 }
 
-// A helper process that outlives a SIGKILLed launcher just long enough to SIGKILL the workers'
-// process groups. PR_SET_PDEATHSIG only reaches the workers themselves; their children (data
-// loaders, shells) would survive. The launcher tells the watchdog each group id over a pipe only
-// it holds (and, after a restart, which groups are over); EOF without the "done" mark means the
-// launcher died. Move-only.
-class Watchdog {
- public:
-  Watchdog() {
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) {
-      spdlog::warn("no watchdog (pipe2: {}): a SIGKILLed launcher may leave grandchildren behind",
-                   std::strerror(errno));
-      return;
-    }
-    // Signals stay blocked across fork() until the child has dropped the launcher's handlers.
-    sigset_t all, old;
-    sigfillset(&all);
-    ::sigprocmask(SIG_SETMASK, &all, &old);
-    const pid_t pid = ::fork();
-    if (pid == 0) watch(fds[0], old);  // never returns
-    ::sigprocmask(SIG_SETMASK, &old, nullptr);
-    if (pid < 0) {
-      spdlog::warn("no watchdog (fork: {}): a SIGKILLed launcher may leave grandchildren behind",
-                   std::strerror(errno));
-      ::close(fds[0]);
-      ::close(fds[1]);
-      return;
-    }
-    ::close(fds[0]);
-    pid_ = pid;
-    fd_ = fds[1];
-  }
-  Watchdog(const Watchdog&) = delete;
-  Watchdog& operator=(const Watchdog&) = delete;
-  Watchdog(Watchdog&& o) noexcept
-      : pid_(std::exchange(o.pid_, -1)), fd_(std::exchange(o.fd_, -1)) {}
-  Watchdog& operator=(Watchdog&&) = delete;
-
-  // Stops the watchdog without it killing anything (the job is over).
-  ~Watchdog() {
-    if (fd_ >= 0) {
-      send(kDone);
-      ::close(fd_);
-    }
-    if (pid_ <= 0) return;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-    while (::waitpid(pid_, nullptr, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() >= deadline) {
-        ::kill(pid_, SIGKILL);
-        ::waitpid(pid_, nullptr, 0);
-        break;
-      }
-      ::usleep(1000);
-    }
-  }
-
-  // `group` is to be SIGKILLed if the launcher dies.
-  void guard(pid_t group) { tell(group); }
-
-  // `group` is over (reaped and SIGKILLed); its id may be reused by an unrelated process.
-  void release(pid_t group) { tell(-group); }
-
- private:
-  static constexpr std::int32_t kDone = 0;
-
-  void tell(std::int32_t value) {
-    if (fd_ >= 0 && !send(value)) {
-      spdlog::warn("the watchdog is gone: a SIGKILLed launcher may leave grandchildren behind");
-      ::close(fd_);
-      fd_ = -1;
-    }
-  }
-
-  bool send(std::int32_t value) {
-    return write_all(fd_, reinterpret_cast<const char*>(&value), sizeof value);
-  }
-
-  [[noreturn]] static void watch(int fd, const sigset_t& mask) {
-    ::dup2(fd, STDIN_FILENO);
-    ::close_range(3, ~0U, 0);  // no copies of the launcher's pipes, logs or sockets
-    // Ctrl-C in a terminal reaches the launcher's whole process group; the watchdog stays.
-    ::signal(SIGINT, SIG_IGN);
-    ::signal(SIGHUP, SIG_IGN);
-    for (int signo : {SIGTERM, SIGCHLD, SIGPIPE}) ::signal(signo, SIG_DFL);
-    ::sigprocmask(SIG_SETMASK, &mask, nullptr);
-    std::vector<pid_t> groups;
-    std::int32_t value = 0;
-    while (true) {
-      ssize_t n = ::read(STDIN_FILENO, &value, sizeof value);
-      if (n < 0 && errno == EINTR) continue;
-      if (n != static_cast<ssize_t>(sizeof value)) break;  // EOF: the launcher is gone
-      if (value == kDone) ::_exit(0);
-      if (value > 0) {
-        groups.push_back(value);
-      } else {
-        groups.erase(std::remove(groups.begin(), groups.end(), -value), groups.end());
-      }
-    }
-    for (pid_t group : groups) ::kill(-group, SIGKILL);
-    ::_exit(0);
-  }
-
-  pid_t pid_ = -1;
-  int fd_ = -1;
-};
-
-using Clock = std::chrono::steady_clock;
-
 // "1", "0.5", "2.25": a duration as a user would type it after --hang_timeout.
 std::string seconds_text(std::chrono::milliseconds ms) {
   std::ostringstream os;
@@ -222,67 +77,61 @@ std::string elapsed_text(Clock::duration d) {
   return std::to_string(tenths / 10) + "." + std::to_string(tenths % 10);
 }
 
-// One rank of this node. The log file and console settings last for the whole job; everything
-// else describes the rank's process in the current generation and is reset on a restart.
+// "ranks 0..3" for trainers, "servers 0..1" for servers.
+std::string index_range(env::Role role, int first, int last) {
+  return (role == env::Role::kServer ? std::string("servers ") : std::string("ranks ")) +
+         std::to_string(first) + ".." + std::to_string(last);
+}
+
+// One launched process. Its output lasts for the whole job; everything else describes its
+// process in the current generation and is reset on a restart.
 struct Worker {
-  int rank = 0;
-  pid_t pid = -1;  // also the process group id
+  env::Role role = env::Role::kTrainer;
+  int index = 0;
+  std::string name;  // "rank 3", "server 1"
+  pid_t pid = -1;    // also the process group id
   bool started = false;
   bool running = false;
-  int status = 0;             // wait status once reaped
-  bool killed_by_us = false;  // SIGKILL was needed
+  int status = 0;  // wait status once reaped
 
   std::unique_ptr<asio::posix::stream_descriptor> pipe;
   bool eof = true;
   std::array<char, 16384> buffer{};
-  std::string partial;
-  std::deque<std::string> tail;
   Clock::time_point last_output;  // start of the process, then its latest output
-
-  int log_fd = -1;
-  std::string log_path;
-  bool console = false;  // echo lines to stdout
-  bool prefix = false;   // ... as "[rank N] line"
-
-  Worker() = default;
-  Worker(const Worker&) = delete;
-  Worker& operator=(const Worker&) = delete;
-  ~Worker() {
-    if (log_fd >= 0) ::close(log_fd);
-  }
+  std::unique_ptr<ProcessOutput> output;
 
   // Forgets the previous generation's process (reaped and drained by now).
   void reset_generation() {
     pid = -1;
-    started = running = killed_by_us = false;
+    started = running = false;
     status = 0;
     pipe.reset();
     eof = true;
-    partial.clear();
-    tail.clear();
   }
 };
 
-class Job {
+class Supervisor {
  public:
-  Job(const SupervisorOptions& options, const GenerationFactory& make_generation)
+  Supervisor(const SupervisorOptions& options, const GenerationFactory& make_generation)
       : options_(options),
         make_generation_(make_generation),
         signals_(io_, SIGCHLD, SIGINT, SIGTERM),
-        kill_timer_(io_),
         drain_timer_(io_),
-        hang_timer_(io_) {
+        hang_timer_(io_),
+        stop_(io_, options.kill_timeout),
+        console_(STDOUT_FILENO) {
     signals_.add(SIGHUP);
   }
 
   JobOutcome run() {
-    const std::vector<WorkerLaunch> launches = make_generation_(0);
-    open_logs(launches);
+    const std::vector<WorkerLaunch> launches = make_generation_(generation_);
+    open_outputs(launches);
     Watchdog watchdog;
     watchdog_ = &watchdog;
     wait_for_signal();
     if (options_.external_stop) {
-      options_.external_stop->set_waker([this] { asio::post(io_, [this] { on_external_stop(); }); });
+      options_.external_stop->set_waker(
+          [this] { asio::post(io_, [this] { on_external_stop(); }); });
     }
     start_generation(launches);
     io_.run();
@@ -291,12 +140,12 @@ class Job {
     return report();
   }
 
-  ~Job() {
+  ~Supervisor() {
     if (options_.external_stop) options_.external_stop->set_waker(nullptr);
   }
 
  private:
-  void open_logs(const std::vector<WorkerLaunch>& launches) {
+  void open_outputs(const std::vector<WorkerLaunch>& launches) {
     if (options_.log_dir) {
       std::error_code ec;
       fs::create_directories(*options_.log_dir, ec);
@@ -305,45 +154,61 @@ class Job {
                               (ec ? ec.message() : std::string("exists and is not a directory")));
       }
     }
+    std::set<std::pair<env::Role, int>> seen;
     for (const WorkerLaunch& l : launches) {
+      if (!seen.emplace(l.role, l.index).second) {
+        throw SupervisorError("two processes of the job are both " + l.name());
+      }
       auto w = std::make_unique<Worker>();
-      w->rank = l.rank;
+      w->role = l.role;
+      w->index = l.index;
+      w->name = l.name();
       if (options_.log_dir) {
-        w->log_path =
-            (fs::path(*options_.log_dir) / ("workerlog." + std::to_string(l.rank))).string();
-        w->log_fd = ::open(w->log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        if (w->log_fd < 0) {
-          throw SupervisorError("cannot open log file '" + w->log_path + "' for rank " +
-                                std::to_string(l.rank) + ": " + std::strerror(errno));
-        }
-        w->console = l.rank == 0 && !options_.quiet;
+        const bool echo = l.role == env::Role::kTrainer && l.index == 0 && !options_.quiet;
+        w->output = std::make_unique<ProcessOutput>(
+            w->name, (fs::path(*options_.log_dir) / l.log_name()).string(), echo, "", console_);
       } else {
-        w->console = true;
-        w->prefix = true;
+        w->output =
+            std::make_unique<ProcessOutput>(w->name, "", true, "[" + w->name + "] ", console_);
       }
       workers_.push_back(std::move(w));
     }
   }
 
-  // Starts every worker of the generation `restarts_` and arms the hang guard.
+  // "(ranks 0..3)", "(servers 0..1, ranks 0..1)": the indices of each role, in launch order.
+  static std::string describe_indices(const std::vector<WorkerLaunch>& launches) {
+    std::string out;
+    std::size_t i = 0;
+    while (i < launches.size()) {
+      std::size_t j = i;
+      while (j + 1 < launches.size() && launches[j + 1].role == launches[i].role) ++j;
+      out += (out.empty() ? "" : ", ") +
+             index_range(launches[i].role, launches[i].index, launches[j].index);
+      i = j + 1;
+    }
+    return "(" + out + ")";
+  }
+
+  // Starts every process of the current generation and arms the hang guard.
   void start_generation(const std::vector<WorkerLaunch>& launches) {
-    stopping_ = false;
+    stop_.reset();
     all_reaped_ = false;
+    state_ = JobState::kRunning;
     first_failure_ = nullptr;
     hang_message_.clear();
     if (!launches.empty()) {
-      spdlog::info("{}starting {} worker(s) (ranks {}..{}): {}",
-                   restarts_ > 0 ? "restart " + std::to_string(restarts_) + " of " +
-                                       std::to_string(options_.max_restarts) + ": "
-                                 : std::string(),
-                   launches.size(), launches.front().rank, launches.back().rank,
-                   launches.front().executable);
+      spdlog::info("{}starting {} worker(s) {}: {}",
+                   generation_.first()
+                       ? std::string()
+                       : "restart " + std::to_string(generation_.index()) + " of " +
+                             std::to_string(options_.restart_policy.max_restarts()) + ": ",
+                   launches.size(), describe_indices(launches), launches.front().executable);
     }
-    for (std::size_t i = 0; i < launches.size() && !stopping_; ++i) {
+    for (std::size_t i = 0; i < launches.size() && !stop_.begun(); ++i) {
       start(*workers_[i], launches[i]);
     }
-    reap();  // a worker may already be gone
-    if (!stopping_) arm_hang_guard(Clock::now() + options_.hang_timeout);
+    reap();  // a process may already be gone
+    if (!stop_.begun()) arm_hang_guard(Clock::now() + options_.hang_timeout);
     maybe_finish();
   }
 
@@ -375,20 +240,46 @@ class Job {
     // The child did this itself before exec; repeating it closes no race but costs nothing.
     ::setpgid(w.pid, w.pid);
     watchdog_->guard(w.pid);
+    stop_.add(w.pid, w.name);
     w.started = true;
     w.running = true;
     w.eof = false;
     w.last_output = Clock::now();
     w.pipe = std::make_unique<asio::posix::stream_descriptor>(io_, fds[0]);
-    spdlog::debug("started rank {} as pid {}: {}", w.rank, w.pid, l.executable);
+    spdlog::debug("started {} as pid {}: {}", w.name, w.pid, l.executable);
     read_output(w);
   }
 
+  // Moves the job to `next` unless the current state outranks it.
+  void enter(JobState next) {
+    if (overrides(next, state_)) state_ = next;
+  }
+
+  GenerationEnd generation_end() const {
+    GenerationEnd end;
+    end.generation = generation_;
+    end.state = state_;
+    if (first_failure_) end.failure_exit_code = exit_code_of(first_failure_->status);
+    if (!hang_message_.empty()) end.failure_exit_code = kHangExitCode;
+    end.interrupt_signal = interrupt_;
+    if (external_) {
+      end.external_exit_code = external_->first;
+      end.external_reason = external_->second;
+    }
+    return end;
+  }
+
   void spawn_failed(Worker& w, const std::string& why) {
-    spawn_error_ = "could not start rank " + std::to_string(w.rank) + ": " + why;
+    spawn_error_ = "could not start " + w.name + ": " + why;
     spdlog::error("{}", spawn_error_);
-    notify_failure(FailureNotice{w.rank, 1, spawn_error_});
+    enter(JobState::kSpawnFailed);
+    notify_failure(FailureNotice{rank_of(w), kSpawnFailedExitCode, spawn_error_});
     begin_stop(SIGTERM);
+  }
+
+  static std::optional<int> rank_of(const Worker& w) {
+    if (w.role == env::Role::kTrainer) return w.index;
+    return std::nullopt;
   }
 
   // Tells options_.on_failure, once, that this node's job ends failed.
@@ -402,13 +293,20 @@ class Job {
     }
   }
 
+  // The generation has just failed: tell the other nodes now when no restart will follow.
+  void notify_if_final(std::optional<int> rank, const std::string& what) {
+    const RestartDecision d = options_.restart_policy.decide(generation_end());
+    if (!d.restart()) notify_failure(FailureNotice{rank, d.exit_code, what});
+  }
+
   // Another thread asked the job to stop (another node failed).
   void on_external_stop() {
     if (done_ || external_) return;
     auto request = options_.external_stop->requested();
     if (!request) return;
     external_ = request;
-    if (!stopping_ && live_workers() > 0) {
+    enter(JobState::kStoppedExternally);
+    if (!stop_.begun() && live_workers() > 0) {
       spdlog::error("{}: stopping {} worker(s)", request->second, live_workers());
       begin_stop(SIGTERM);
     }
@@ -430,8 +328,9 @@ class Job {
 
   // Any of these signals ends the job: no restart follows, whatever state the job is in.
   void on_interrupt(int signo) {
-    if (!stopping_) {
+    if (!stop_.begun()) {
       interrupt_ = signo;
+      enter(JobState::kInterrupted);
       spdlog::warn("received {}: forwarding it to {} worker(s); send it again to kill them at once",
                    signal_name(signo), live_workers());
       notify_failure(FailureNotice{std::nullopt, 128 + signo,
@@ -441,10 +340,11 @@ class Job {
     }
     // Told again, or told while stopping after a failure: no more patience.
     if (!interrupt_) interrupt_ = signo;
+    enter(JobState::kInterrupted);
     if (live_workers() > 0) {
       spdlog::warn("received {} while stopping: killing {} worker(s) now", signal_name(signo),
                    live_workers());
-      kill_all(SIGKILL);
+      stop_.kill_now();
     }
   }
 
@@ -454,32 +354,9 @@ class Job {
     return n;
   }
 
-  // SIGTERM (or the forwarded signal) to every group, SIGKILL after the grace period.
   void begin_stop(int signo) {
-    stopping_ = true;
     hang_timer_.cancel();
-    for (const auto& w : workers_) {
-      if (w->started) ::kill(-w->pid, signo);
-    }
-    const int generation = restarts_;
-    kill_timer_.expires_after(options_.kill_timeout);
-    kill_timer_.async_wait([this, generation](const boost::system::error_code& ec) {
-      if (ec || generation != restarts_) return;
-      for (const auto& w : workers_) {
-        if (w->running) {
-          spdlog::warn("rank {} (pid {}) still running {} ms after it was told to stop: SIGKILL",
-                       w->rank, w->pid, options_.kill_timeout.count());
-          w->killed_by_us = true;
-        }
-      }
-      kill_all(SIGKILL);
-    });
-  }
-
-  void kill_all(int signo) {
-    for (const auto& w : workers_) {
-      if (w->started) ::kill(-w->pid, signo);
-    }
+    stop_.begin(signo);
   }
 
   void reap() {
@@ -492,36 +369,34 @@ class Job {
       } while (r < 0 && errno == EINTR);
       if (r == 0) continue;
       w->running = false;
+      stop_.reaped(w->pid);
       if (r < 0) {
         // Not our child any more (cannot happen unless someone else reaped it).
-        spdlog::error("waitpid(rank {} pid {}): {}", w->rank, w->pid, std::strerror(errno));
+        spdlog::error("waitpid({} pid {}): {}", w->name, w->pid, std::strerror(errno));
         w->status = 0xff00;  // exit code 255
       } else {
         w->status = status;
       }
       const bool failed = !(WIFEXITED(w->status) && WEXITSTATUS(w->status) == 0);
-      spdlog::debug("rank {} (pid {}) {}", w->rank, w->pid, describe_status(w->status));
-      if (failed && !stopping_) {
+      spdlog::debug("{} (pid {}) {}", w->name, w->pid, describe_status(w->status));
+      if (failed && !stop_.begun()) {
         first_failure_ = w.get();
-        spdlog::error("rank {} (pid {}) {}: stopping the other {} worker(s)", w->rank, w->pid,
+        enter(JobState::kWorkerFailed);
+        spdlog::error("{} (pid {}) {}: stopping the other {} worker(s)", w->name, w->pid,
                       describe_status(w->status), live_workers());
-        if (restarts_ >= options_.max_restarts) {
-          notify_failure(FailureNotice{w->rank, exit_code_of(w->status),
-                                       "rank " + std::to_string(w->rank) + " " +
-                                           describe_status(w->status)});
-        }
+        notify_if_final(rank_of(*w), w->name + " " + describe_status(w->status));
         begin_stop(SIGTERM);
       }
     }
   }
 
-  // The hang guard: wakes up when the newest output of any running rank is hang_timeout old.
+  // The hang guard: wakes up when the newest output of any running process is hang_timeout old.
   void arm_hang_guard(Clock::time_point when) {
     if (options_.hang_timeout.count() <= 0) return;
-    const int generation = restarts_;
+    const Generation generation = generation_;
     hang_timer_.expires_at(when);
     hang_timer_.async_wait([this, generation](const boost::system::error_code& ec) {
-      if (ec || generation != restarts_ || stopping_) return;
+      if (ec || generation != generation_ || stop_.begun()) return;
       check_hang();
     });
   }
@@ -537,30 +412,40 @@ class Job {
       arm_hang_guard(*newest + options_.hang_timeout);
       return;
     }
+    bool only_trainers = true;
+    for (const auto& w : workers_) {
+      if (w->running && w->role != env::Role::kTrainer) only_trainers = false;
+    }
     std::ostringstream os;
     os << "hang guard: no output from any rank for " << seconds_text(options_.hang_timeout)
-       << " s; silent: rank" << (live_workers() > 1 ? "s " : " ");
+       << " s; silent: ";
+    // Trainers only (every collective job): "ranks 0 (1.0 s), 1 (1.0 s)"; with servers each
+    // process is named: "rank 0 (1.0 s), server 1 (1.0 s)".
+    if (only_trainers) os << "rank" << (live_workers() > 1 ? "s " : " ");
     bool first = true;
     for (const auto& w : workers_) {
       if (!w->running) continue;
-      os << (first ? "" : ", ") << w->rank << " (" << elapsed_text(now - w->last_output) << " s)";
+      os << (first ? "" : ", ") << (only_trainers ? std::to_string(w->index) : w->name) << " ("
+         << elapsed_text(now - w->last_output) << " s)";
       first = false;
     }
     hang_message_ = os.str();
+    enter(JobState::kHung);
     spdlog::error("{}; stopping {} worker(s)", hang_message_, live_workers());
-    if (restarts_ >= options_.max_restarts) {
-      notify_failure(FailureNotice{std::nullopt, kHangExitCode, hang_message_});
-    }
+    notify_if_final(std::nullopt, hang_message_);
     begin_stop(SIGTERM);
   }
 
   void read_output(Worker& w) {
-    const int generation = restarts_;
+    const Generation generation = generation_;
     w.pipe->async_read_some(
         asio::buffer(w.buffer),
         [this, &w, generation](const boost::system::error_code& ec, std::size_t n) {
-          if (generation != restarts_) return;  // a closed pipe of an earlier generation
-          if (n > 0) consume(w, w.buffer.data(), n);
+          if (generation != generation_) return;  // a closed pipe of an earlier generation
+          if (n > 0) {
+            w.last_output = Clock::now();
+            w.output->consume(w.buffer.data(), n);
+          }
           if (ec) {
             close_output(w);
             maybe_finish();
@@ -570,66 +455,32 @@ class Job {
         });
   }
 
-  void consume(Worker& w, const char* data, std::size_t n) {
-    w.last_output = Clock::now();
-    if (w.log_fd >= 0 && !write_all(w.log_fd, data, n)) {
-      spdlog::error("writing {} failed: {}; rank {}'s further output is dropped", w.log_path,
-                    std::strerror(errno), w.rank);
-      ::close(w.log_fd);
-      w.log_fd = -1;
-    }
-    std::size_t start = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      if (data[i] != '\n') continue;
-      w.partial.append(data + start, i - start);
-      emit_line(w);
-      start = i + 1;
-    }
-    w.partial.append(data + start, n - start);
-    if (w.partial.size() >= kMaxLineBytes) emit_line(w);
-  }
-
-  void emit_line(Worker& w) {
-    std::string line;
-    line.swap(w.partial);
-    if (w.console && console_ok_) {
-      std::string out;
-      if (w.prefix) out = "[rank " + std::to_string(w.rank) + "] ";
-      out += line;
-      out += '\n';
-      console_ok_ = write_all(STDOUT_FILENO, out.data(), out.size());
-    }
-    w.tail.push_back(std::move(line));
-    if (static_cast<int>(w.tail.size()) > kSummaryTailLines) w.tail.pop_front();
-  }
-
   void close_output(Worker& w) {
     if (w.eof) return;
-    if (!w.partial.empty()) emit_line(w);
+    w.output->finish_line();
     w.eof = true;
     boost::system::error_code ignored;
     w.pipe->close(ignored);
   }
 
   // Everything reaped: clean up stragglers in the groups, give the pipes a moment to drain, then
-  // restart or stop.
+  // ask the restart policy.
   void maybe_finish() {
     if (done_ || restart_pending_ || live_workers() > 0) return;
     if (!all_reaped_) {
       all_reaped_ = true;
-      kill_timer_.cancel();
       hang_timer_.cancel();
-      kill_all(SIGKILL);  // grandchildren left in a worker's group do not outlive the job
-      const int generation = restarts_;
+      stop_.finish();  // what is left in a process's group does not outlive the generation
+      const Generation generation = generation_;
       drain_timer_.expires_after(kDrainTimeout);
       drain_timer_.async_wait([this, generation](const boost::system::error_code& ec) {
-        if (ec || generation != restarts_) return;
+        if (ec || generation != generation_) return;
         for (const auto& w : workers_) {
           if (!w->eof) {
             spdlog::warn(
-                "rank {}'s output is still open after it exited (a process outside its "
-                "group holds it); closing it",
-                w->rank);
+                "{}'s output is still open after it exited (a process outside its group holds "
+                "it); closing it",
+                w->name);
             close_output(*w);
           }
         }
@@ -640,181 +491,146 @@ class Job {
       if (!w->eof) return;
     }
     drain_timer_.cancel();
-    if (should_restart()) {
+    const RestartDecision d = options_.restart_policy.decide(generation_end());
+    if (d.restart()) {
       // Posted, so that no handler of the ending generation is still on the stack.
       restart_pending_ = true;
       asio::post(io_, [this] { restart(); });
       return;
     }
+    if (!d.vetoed_by.empty()) spdlog::warn("{}; not restarting: {}", failure_what(), d.vetoed_by);
+    finish_job();
+  }
+
+  void finish_job() {
     done_ = true;
     boost::system::error_code ignored;
     signals_.cancel(ignored);
     io_.stop();
   }
 
-  bool failed() const { return first_failure_ != nullptr || !hang_message_.empty(); }
-
-  bool should_restart() const {
-    if (!failed() || !spawn_error_.empty() || restarts_ >= options_.max_restarts) return false;
-    if (external_) {
-      spdlog::warn("{}; not restarting: {}", failure_what(), external_->second);
-      return false;
-    }
-    if (interrupt_) {
-      spdlog::warn("{}; not restarting: the launcher was stopped by {}", failure_what(),
-                   signal_name(*interrupt_));
-      return false;
-    }
-    return true;
-  }
-
   void restart() {
     restart_pending_ = false;
-    if (external_) {  // another node failed meanwhile: no restart
-      spdlog::warn("{}; not restarting: {}", failure_what(), external_->second);
-      done_ = true;
-      boost::system::error_code ignored;
-      signals_.cancel(ignored);
-      io_.stop();
+    // Asked again: a signal or an external stop may have arrived since the decision.
+    const RestartDecision d = options_.restart_policy.decide(generation_end());
+    if (!d.restart()) {
+      if (!d.vetoed_by.empty()) {
+        spdlog::warn("{}; not restarting: {}", failure_what(), d.vetoed_by);
+      }
+      finish_job();
       return;
     }
-    if (interrupt_) {  // arrived after the decision; the signal wins
-      spdlog::warn("{}; not restarting: the launcher was stopped by {}", failure_what(),
-                   signal_name(*interrupt_));
-      done_ = true;
-      boost::system::error_code ignored;
-      signals_.cancel(ignored);
-      io_.stop();
-      return;
-    }
-    const int next = restarts_ + 1;
-    spdlog::error("{}; restarting the job (restart {} of {}){}", failure_what(), next,
-                  options_.max_restarts, failure_details());
+    const Generation next = d.next;
+    spdlog::error("{}; restarting the job (restart {} of {}){}", failure_what(), next.index(),
+                  options_.restart_policy.max_restarts(), failure_details());
     std::vector<WorkerLaunch> launches;
     try {
       launches = make_generation_(next);
       if (launches.size() != workers_.size()) {
-        throw SupervisorError("restart " + std::to_string(next) + " has " +
+        throw SupervisorError("restart " + std::to_string(next.index()) + " has " +
                               std::to_string(launches.size()) + " worker(s), the job had " +
                               std::to_string(workers_.size()));
       }
       for (std::size_t i = 0; i < launches.size(); ++i) {
-        if (launches[i].rank != workers_[i]->rank) {
-          throw SupervisorError("restart " + std::to_string(next) + " starts rank " +
-                                std::to_string(launches[i].rank) + " where the job had rank " +
-                                std::to_string(workers_[i]->rank));
+        if (launches[i].role != workers_[i]->role || launches[i].index != workers_[i]->index) {
+          throw SupervisorError("restart " + std::to_string(next.index()) + " starts " +
+                                launches[i].name() + " where the job had " + workers_[i]->name);
         }
       }
     } catch (const std::exception& e) {
-      spawn_error_ = "could not prepare restart " + std::to_string(next) + ": " + e.what();
+      spawn_error_ = "could not prepare restart " + std::to_string(next.index()) + ": " + e.what();
       spdlog::error("{}", spawn_error_);
-      done_ = true;
-      boost::system::error_code ignored;
-      signals_.cancel(ignored);
-      io_.stop();
+      enter(JobState::kSpawnFailed);
+      finish_job();
       return;
     }
-    const std::string separator = "==== restart " + std::to_string(next) + " ====\n";
+    const std::string separator = "==== restart " + std::to_string(next.index()) + " ====\n";
     bool echoed = false;
     for (const auto& w : workers_) {
       if (w->started) watchdog_->release(w->pid);  // reaped and its group SIGKILLed
       w->reset_generation();
-      if (w->log_fd >= 0 && !write_all(w->log_fd, separator.data(), separator.size())) {
-        spdlog::error("writing {} failed: {}; rank {}'s further output is dropped", w->log_path,
-                      std::strerror(errno), w->rank);
-        ::close(w->log_fd);
-        w->log_fd = -1;
-      }
-      if (w->console && console_ok_ && !echoed) {
-        console_ok_ = write_all(STDOUT_FILENO, separator.data(), separator.size());
-        echoed = true;
-      }
+      const bool echo = w->output->echoes() && !echoed;
+      w->output->start_generation(separator, echo);
+      echoed = echoed || echo;
     }
-    restarts_ = next;
+    generation_ = next;
     start_generation(launches);
   }
 
   // What ended the current generation, e.g. "rank 1 exited with code 3".
   std::string failure_what() const {
-    if (first_failure_) {
-      return "rank " + std::to_string(first_failure_->rank) + " " +
-             describe_status(first_failure_->status);
-    }
+    if (first_failure_) return first_failure_->name + " " + describe_status(first_failure_->status);
     return hang_message_;
   }
 
-  // Where to look: "; log: ...; its last N line(s):\n    ..." for a failed rank, each rank's log
-  // and last line for the hang guard.
+  static std::string log_of(const Worker& w, const std::string& without) {
+    return w.output->log_path().empty() ? without : w.output->log_path();
+  }
+
+  // Where to look: "; log: ...; its last N line(s):\n    ..." for a failed process, each
+  // process's log and last line for the hang guard.
   std::string failure_details() const {
     std::ostringstream os;
     if (first_failure_) {
       const Worker& w = *first_failure_;
-      os << "; log: " << (w.log_path.empty() ? std::string("console (no --log_dir)") : w.log_path);
-      if (w.tail.empty()) {
+      const auto& tail = w.output->tail();
+      os << "; log: " << log_of(w, "console (no --log_dir)");
+      if (tail.empty()) {
         os << "; it printed nothing";
       } else {
-        os << "; its last " << w.tail.size() << " line(s):";
-        for (const std::string& line : w.tail) os << "\n    " << line;
+        os << "; its last " << tail.size() << " line(s):";
+        for (const std::string& line : tail) os << "\n    " << line;
       }
       return os.str();
     }
     os << "; logs:";
     for (const auto& w : workers_) {
-      os << "\n    rank " << w->rank << " ("
-         << (w->log_path.empty() ? std::string("console") : w->log_path) << "): "
-         << (w->tail.empty() ? std::string("printed nothing") : "last line: " + w->tail.back());
+      const auto& tail = w->output->tail();
+      os << "\n    " << w->name << " (" << log_of(*w, "console")
+         << "): " << (tail.empty() ? std::string("printed nothing") : "last line: " + tail.back());
     }
     return os.str();
   }
 
   JobOutcome report() {
+    const GenerationEnd end = generation_end();
+    const RestartDecision d = options_.restart_policy.decide(end);
     JobOutcome out;
-    out.restarts = restarts_;
-    const std::string after =
-        restarts_ > 0 ? " after " + std::to_string(restarts_) + " restart(s)" : std::string();
-    if (failed()) {
-      if (first_failure_) {
-        const Worker& w = *first_failure_;
-        out.exit_code = exit_code_of(w.status);
-        out.failed_rank = w.rank;
-        spdlog::error("job failed{}: rank {} (pid {}) {}; launcher exit code {}{}", after, w.rank,
-                      w.pid, describe_status(w.status), out.exit_code, failure_details());
-      } else {
-        out.exit_code = kHangExitCode;
-        out.hang = true;
-        spdlog::error("job failed{}: {}; launcher exit code {}{}", after, hang_message_,
-                      out.exit_code, failure_details());
-      }
-    }
-    if (interrupt_) {
-      out.interrupt_signal = interrupt_;
-      if (!failed()) {
-        out.exit_code = 128 + *interrupt_;
-        spdlog::warn("stopped by {}: all {} worker(s) ended; exit code {}",
-                     signal_name(*interrupt_), workers_.size(), out.exit_code);
-      }
-    }
-    if (!failed() && !interrupt_ && !spawn_error_.empty()) {
-      out.exit_code = 1;
+    out.restarts = generation_.index();
+    out.state = state_;
+    out.exit_code = d.restart() ? 1 : d.exit_code;  // a restart still due cannot be carried out
+    out.interrupt_signal = interrupt_;
+    if (external_) out.external_stop = external_->second;
+    const std::string after = generation_.first()
+                                  ? std::string()
+                                  : " after " + std::to_string(generation_.index()) + " restart(s)";
+    const bool failed = end.failure_exit_code.has_value();
+    if (first_failure_) {
+      const Worker& w = *first_failure_;
+      out.failed_rank = rank_of(w);
+      out.failed_process = w.name;
+      spdlog::error("job failed{}: {} (pid {}) {}; launcher exit code {}{}", after, w.name, w.pid,
+                    describe_status(w.status), out.exit_code, failure_details());
+    } else if (!hang_message_.empty()) {
+      spdlog::error("job failed{}: {}; launcher exit code {}{}", after, hang_message_,
+                    out.exit_code, failure_details());
+    } else if (interrupt_) {
+      spdlog::warn("stopped by {}: all {} worker(s) ended; exit code {}", signal_name(*interrupt_),
+                   workers_.size(), out.exit_code);
+    } else if (!spawn_error_.empty()) {
       spdlog::error("job failed: {}", spawn_error_);
-    }
-    if (external_) {
-      out.external_stop = external_->second;
-      if (!failed() && !interrupt_ && spawn_error_.empty()) {
-        out.exit_code = external_->first;
-        spdlog::error("job failed: {}; launcher exit code {}", external_->second, out.exit_code);
-      }
+    } else if (external_) {
+      spdlog::error("job failed: {}; launcher exit code {}", external_->second, out.exit_code);
     }
     if (out.exit_code != 0) {
       std::optional<int> rank;
-      if (first_failure_) rank = first_failure_->rank;
+      if (first_failure_) rank = rank_of(*first_failure_);
       notify_failure(FailureNotice{rank, out.exit_code,
-                                   failed() ? failure_what()
+                                   failed ? failure_what()
                                    : interrupt_
                                        ? "the launcher was stopped by " + signal_name(*interrupt_)
                                        : spawn_error_});
-    }
-    if (out.exit_code == 0) {
+    } else {
       spdlog::info("all {} worker(s) exited with code 0{}", workers_.size(), after);
     }
     return out;
@@ -824,19 +640,20 @@ class Job {
   const GenerationFactory& make_generation_;
   asio::io_context io_;
   asio::signal_set signals_;
-  asio::steady_timer kill_timer_;
   asio::steady_timer drain_timer_;
   asio::steady_timer hang_timer_;
+  GroupStop stop_;
+  Console console_;
   std::vector<std::unique_ptr<Worker>> workers_;
   Watchdog* watchdog_ = nullptr;  // lives on run()'s stack
 
   // Handlers capture the generation they were armed in and do nothing in a later one.
-  int restarts_ = 0;
-  bool stopping_ = false;
+  Generation generation_;
+  JobState state_ = JobState::kRunning;  // of the current generation
   bool all_reaped_ = false;
   bool done_ = false;
   bool restart_pending_ = false;  // restart() is posted
-  bool console_ok_ = true;
+  // What the state's causes were, for the messages and the policy.
   const Worker* first_failure_ = nullptr;  // of the current generation
   std::string hang_message_;               // set when the hang guard failed the generation
   std::optional<int> interrupt_;
@@ -847,83 +664,12 @@ class Job {
 
 }  // namespace
 
-std::string signal_name(int signo) {
-  switch (signo) {
-    case SIGHUP:
-      return "SIGHUP";
-    case SIGINT:
-      return "SIGINT";
-    case SIGQUIT:
-      return "SIGQUIT";
-    case SIGILL:
-      return "SIGILL";
-    case SIGTRAP:
-      return "SIGTRAP";
-    case SIGABRT:
-      return "SIGABRT";
-    case SIGBUS:
-      return "SIGBUS";
-    case SIGFPE:
-      return "SIGFPE";
-    case SIGKILL:
-      return "SIGKILL";
-    case SIGUSR1:
-      return "SIGUSR1";
-    case SIGSEGV:
-      return "SIGSEGV";
-    case SIGUSR2:
-      return "SIGUSR2";
-    case SIGPIPE:
-      return "SIGPIPE";
-    case SIGALRM:
-      return "SIGALRM";
-    case SIGTERM:
-      return "SIGTERM";
-    default:
-      return "signal " + std::to_string(signo);
-  }
+std::string process_name(env::Role role, int index) {
+  return (role == env::Role::kServer ? "server " : "rank ") + std::to_string(index);
 }
 
-std::string launcher_directory() {
-  std::error_code ec;
-  fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) return {};
-  return self.parent_path().string();
-}
-
-std::string find_worker(const std::string& worker, const std::string& launcher_dir,
-                        const env::EnvMap& env) {
-  if (worker.empty()) throw WorkerNotFoundError("WORKER is empty");
-  if (worker.find('/') != std::string::npos) {
-    struct stat st {};
-    if (::stat(worker.c_str(), &st) != 0) {
-      throw WorkerNotFoundError("WORKER '" + worker + "' does not exist");
-    }
-    if (!is_executable_file(worker)) {
-      throw WorkerNotFoundError("WORKER '" + worker + "' is not an executable file");
-    }
-    return worker;
-  }
-  std::vector<std::string> searched;
-  if (!launcher_dir.empty()) {
-    const std::string candidate = (fs::path(launcher_dir) / worker).string();
-    if (is_executable_file(candidate)) return candidate;
-    searched.push_back(launcher_dir);
-  }
-  const std::string path = env::lookup(env, kPathVariable).value_or(kDefaultPath);
-  std::size_t start = 0;
-  while (start <= path.size()) {
-    std::size_t end = path.find(':', start);
-    if (end == std::string::npos) end = path.size();
-    std::string dir = path.substr(start, end - start);
-    if (dir.empty()) dir = ".";
-    const std::string candidate = (fs::path(dir) / worker).string();
-    if (is_executable_file(candidate)) return candidate;
-    start = end + 1;
-  }
-  std::string where = searched.empty() ? "" : "next to launch (" + searched.front() + ") or ";
-  throw WorkerNotFoundError("WORKER '" + worker + "' not found " + where + "on PATH ('" + path +
-                            "')");
+std::string log_file_name(env::Role role, int index) {
+  return (role == env::Role::kServer ? "serverlog." : "workerlog.") + std::to_string(index);
 }
 
 void ExternalStop::request(int exit_code, const std::string& reason) {
@@ -945,12 +691,12 @@ void ExternalStop::set_waker(std::function<void()> wake) {
 }
 
 JobOutcome supervise(const GenerationFactory& make_generation, const SupervisorOptions& options) {
-  Job job(options, make_generation);
-  return job.run();
+  Supervisor supervisor(options, make_generation);
+  return supervisor.run();
 }
 
 JobOutcome supervise(const std::vector<WorkerLaunch>& workers, const SupervisorOptions& options) {
-  return supervise(GenerationFactory([&workers](int) { return workers; }), options);
+  return supervise(GenerationFactory([&workers](Generation) { return workers; }), options);
 }
 
 }  // namespace ddl::launcher

@@ -206,5 +206,136 @@ TEST(Fault, MalformedIsAClearError) {
   EXPECT_TRUE(fault_spec(EnvMap{{kFault, "rank=0,step=1,abort"}}).has_value());
 }
 
+// --- Roles (parameter-server jobs) --------------------------------------------------------------
+
+// Server `index` of a job with two trainers on 127.0.0.1 and two servers on 127.0.0.2.
+WorkerContract server_contract(int index) {
+  WorkerContract c = two_rank_contract(0);
+  c.role = Role::kServer;
+  c.server_endpoints = {{"127.0.0.2", 8000}, {"127.0.0.2", 8001}};
+  c.rank = index;
+  c.local_rank = index;
+  c.current = c.server_endpoints[index];
+  return c;
+}
+
+TEST(Role, ValuesAndNames) {
+  EXPECT_EQ(role_value(Role::kTrainer), "TRAINER");
+  EXPECT_EQ(role_value(Role::kServer), "PSERVER");
+  EXPECT_EQ(role_noun(Role::kServer), "server");
+  EXPECT_EQ(parse_role("TRAINER", kTrainingRole), Role::kTrainer);
+  EXPECT_EQ(parse_role("PSERVER", kTrainingRole), Role::kServer);
+  for (const char* bad : {"", "trainer", "SERVER", "PSERVER ", "HETER_TRAINER"}) {
+    try {
+      parse_role(bad, kTrainingRole);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const EnvError& e) {
+      EXPECT_NE(std::string(e.what()).find("TRAINING_ROLE='" + std::string(bad) +
+                                           "': expected TRAINER or PSERVER"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+TEST(Role, TypedReadersAndWriters) {
+  EnvMap env;
+  EXPECT_EQ(role_of(env), Role::kTrainer) << "unset means a trainer";
+  set_role(env, Role::kServer);
+  EXPECT_EQ(env.at(kTrainingRole), "PSERVER");
+  EXPECT_EQ(role_of(env), Role::kServer);
+  env[kTrainingRole] = "worker";
+  EXPECT_THROW(role_of(env), EnvError);
+
+  EXPECT_TRUE(server_endpoints_of(env).empty());
+  set_server_endpoints(env, {{"10.0.0.1", 6000}, {"10.0.0.2", 6001}});
+  EXPECT_EQ(env.at(kPserverEndpoints), "10.0.0.1:6000,10.0.0.2:6001");
+  EXPECT_EQ(server_endpoints_of(env).size(), 2u);
+  set_server_endpoints(env, {});
+  EXPECT_EQ(env.count(kPserverEndpoints), 0u) << "an empty list removes the variable";
+  env[kPserverEndpoints] = "";
+  EXPECT_THROW(server_endpoints_of(env), EnvError);
+  env[kPserverEndpoints] = "10.0.0.1:6000,nope";
+  EXPECT_THROW(server_endpoints_of(env), EnvError);
+}
+
+TEST(Role, CollectiveJobsCarryNoRoleVariables) {
+  // Paddle's collective launch sets neither; only its parameter-server launch does.
+  const EnvMap vars = to_env(two_rank_contract(1));
+  EXPECT_EQ(vars.count(kTrainingRole), 0u);
+  EXPECT_EQ(vars.count(kPserverEndpoints), 0u);
+  EXPECT_EQ(from_env(vars)->role, Role::kTrainer);
+  EXPECT_TRUE(from_env(vars)->server_endpoints.empty());
+}
+
+TEST(Role, TrainerOfAServerJobKnowsTheServers) {
+  WorkerContract c = two_rank_contract(1);
+  c.server_endpoints = server_contract(0).server_endpoints;
+  const EnvMap vars = to_env(c);
+  EXPECT_EQ(vars.at(kTrainingRole), "TRAINER");
+  EXPECT_EQ(vars.at(kPserverEndpoints), "127.0.0.2:8000,127.0.0.2:8001");
+  EXPECT_EQ(vars.at(kTrainerId), "1");
+  const auto back = from_env(vars);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->role, Role::kTrainer);
+  EXPECT_EQ(back->rank, 1);
+  EXPECT_EQ(back->server_endpoints, c.server_endpoints);
+}
+
+TEST(Role, ServerWriteThenReadBack) {
+  const EnvMap vars = to_env(server_contract(1));
+  EXPECT_EQ(vars.at(kTrainingRole), "PSERVER");
+  EXPECT_EQ(vars.at(kPserverEndpoints), "127.0.0.2:8000,127.0.0.2:8001");
+  EXPECT_EQ(vars.at(kCurrentEndpoint), "127.0.0.2:8001");
+  EXPECT_EQ(vars.at(kTrainersNum), "2");
+  EXPECT_EQ(vars.at(kTrainerEndpoints), "127.0.0.1:6170,127.0.0.1:6171");
+  for (const char* trainer_only : {kTrainerId, kRank, kLocalRank, kWorldSize, kLocalWorldSize,
+                                   kMasterAddr, kMasterPort}) {
+    EXPECT_EQ(vars.count(trainer_only), 0u) << trainer_only << " is not written for a server";
+  }
+  const auto back = from_env(vars);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->role, Role::kServer);
+  EXPECT_EQ(back->rank, 1) << "the index is the endpoint's position in the server list";
+  EXPECT_EQ(back->current, (Endpoint{"127.0.0.2", 8001}));
+  EXPECT_EQ(back->local_rank, 1);
+  EXPECT_EQ(back->local_world_size, 2) << "counted among the servers on this host";
+  EXPECT_EQ(back->world_size, 2);
+  EXPECT_EQ(back->job_id, "job-1");
+  EXPECT_EQ(back->restart_count, 2);
+}
+
+TEST(Role, BadServerContractsAreClearErrors) {
+  const EnvMap good = to_env(server_contract(0));
+  EnvMap stranger = good;
+  stranger[kCurrentEndpoint] = "127.0.0.2:9999";
+  expect_env_error(stranger,
+                   "PADDLE_CURRENT_ENDPOINT='127.0.0.2:9999': a server's endpoint must be one of "
+                   "PADDLE_PSERVERS_IP_PORT_LIST='127.0.0.2:8000,127.0.0.2:8001'");
+  EnvMap no_list = good;
+  no_list.erase(kPserverEndpoints);
+  expect_env_error(no_list, "partial server contract: PADDLE_PSERVERS_IP_PORT_LIST is not set");
+  EnvMap no_trainers = good;
+  no_trainers.erase(kTrainersNum);
+  expect_env_error(no_trainers, "partial server contract: PADDLE_TRAINERS_NUM is not set");
+  EnvMap bad_role = good;
+  bad_role[kTrainingRole] = "pserver";
+  expect_env_error(bad_role, "TRAINING_ROLE='pserver'");
+
+  WorkerContract listless = server_contract(0);
+  listless.server_endpoints.clear();
+  EXPECT_THROW(listless.validate(), EnvError);
+  WorkerContract misplaced = server_contract(0);
+  misplaced.current = misplaced.server_endpoints[1];
+  try {
+    misplaced.validate();
+    ADD_FAILURE() << "accepted a server whose endpoint is another's";
+  } catch (const EnvError& e) {
+    EXPECT_NE(std::string(e.what()).find("is not entry 0 of PADDLE_PSERVERS_IP_PORT_LIST"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace ddl::env

@@ -54,15 +54,94 @@ using ddl::testing::free_port;
 TEST(ControlRecords, FailureRecordRoundTrips) {
   const FailureRecord r{1, 3, 137, "rank 3 was killed by SIGKILL (exit code 137)"};
   EXPECT_EQ(r.str(), "node 1 rank 3 exit 137: rank 3 was killed by SIGKILL (exit code 137)");
-  const FailureRecord back = FailureRecord::parse(r.str());
-  EXPECT_EQ(back.node, 1);
-  EXPECT_EQ(back.rank, 3);
-  EXPECT_EQ(back.exit_code, 137);
-  EXPECT_EQ(back.what, r.what);
-  const FailureRecord no_rank = FailureRecord::parse("node 0 exit 130: stopped by SIGINT");
-  EXPECT_FALSE(no_rank.rank);
-  EXPECT_EQ(no_rank.exit_code, 130);
-  EXPECT_EQ(FailureRecord::parse("garbage").node, -1);
+  EXPECT_EQ(decode_failure(encode_failure(r), "test"), r);
+  const FailureRecord no_rank{0, std::nullopt, 130, "stopped by SIGINT: a \"quoted\"\nline"};
+  const FailureRecord back = decode_failure(encode_failure(no_rank), "test");
+  EXPECT_FALSE(back.rank);
+  EXPECT_EQ(back, no_rank) << "quotes and newlines survive";
+  EXPECT_EQ(decode_failure(R"({"record":"failure","node":2,"exit_code":1,"what":"x","extra":1})",
+                           "test")
+                .node,
+            2)
+      << "unknown fields are ignored";
+}
+
+TEST(ControlRecords, OtherRecordsRoundTrip) {
+  const std::vector<env::Endpoint> eps = endpoints("10.0.0.2", 7000, 3);
+  EXPECT_EQ(decode_endpoints(encode_endpoints(eps), "test"), eps);
+  EXPECT_EQ(decode_job_id(encode_job_id("3f9a-job"), "test"), "3f9a-job");
+  const JobDescription odd = {{"name=with=equals", "value\nwith newline"}, {"empty", ""}};
+  EXPECT_EQ(decode_description(encode_description(odd), "test"), odd)
+      << "names and values are carried as they are";
+}
+
+// The decoder's message for `text`, or "" when it was accepted.
+template <typename Decode>
+std::string rejection(Decode decode, const std::string& text) {
+  try {
+    decode(text, "key 'failed' of the control store at 127.0.0.1:1");
+  } catch (const RecordError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ControlRecords, MalformedRecordsAreRefusedWithContext) {
+  auto failure = [](const std::string& t, std::string_view s) { return decode_failure(t, s); };
+  struct Case {
+    std::string text;
+    std::string why;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"node 1 rank 3 exit 137: old text form", "not JSON"},
+           {"[1,2]", "not a JSON object"},
+           {R"({"node":1,"exit_code":1,"what":"x"})", "no \"record\" field"},
+           {R"({"record":"job id","job_id":"j"})", "a \"job id\" record where a \"failure\""},
+           {R"({"record":"failure","exit_code":1,"what":"x"})", "field \"node\" is missing"},
+           {R"({"record":"failure","node":"1","exit_code":1,"what":"x"})",
+            "field \"node\" is not an integer"},
+           {R"({"record":"failure","node":1.5,"exit_code":1,"what":"x"})",
+            "field \"node\" is not an integer"},
+           {R"({"record":"failure","node":-1,"exit_code":1,"what":"x"})",
+            "field \"node\" is -1, expected 0..2147483647"},
+           {R"({"record":"failure","node":1,"exit_code":256,"what":"x"})",
+            "field \"exit_code\" is 256, expected 0..255"},
+           {R"({"record":"failure","node":99999999999,"exit_code":1,"what":"x"})",
+            "field \"node\" is 99999999999, expected 0..2147483647"},
+           {R"({"record":"failure","node":10000000000000000000,"exit_code":1,"what":"x"})",
+            "field \"node\" is out of range"},
+           {R"({"record":"failure","node":1,"rank":-2,"exit_code":1,"what":"x"})",
+            "field \"rank\" is -2"},
+           {R"({"record":"failure","node":1,"exit_code":1,"what":7})",
+            "field \"what\" is not a string"},
+       }) {
+    const std::string message = rejection(failure, c.text);
+    EXPECT_NE(message.find(c.why), std::string::npos) << c.text << " -> " << message;
+    EXPECT_NE(message.find("malformed failure record from key 'failed' of the control store at "
+                           "127.0.0.1:1"),
+              std::string::npos)
+        << message;
+  }
+  EXPECT_NE(rejection(failure, std::string(500, 'x')).find(std::string(120, 'x') + "...'"),
+            std::string::npos)
+      << "a long text is quoted only in part";
+
+  auto eps = [](const std::string& t, std::string_view s) { return decode_endpoints(t, s); };
+  EXPECT_NE(rejection(eps, R"({"record":"endpoints","endpoints":[]})").find("is empty"),
+            std::string::npos);
+  EXPECT_NE(rejection(eps, R"({"record":"endpoints","endpoints":["h:0"]})").find("port"),
+            std::string::npos);
+  EXPECT_NE(rejection(eps, R"({"record":"endpoints","endpoints":[5]})").find("not a string"),
+            std::string::npos);
+  auto desc = [](const std::string& t, std::string_view s) { return decode_description(t, s); };
+  EXPECT_NE(rejection(desc, R"({"record":"job description","fields":[["a"]]})")
+                .find("not a [name, value] pair"),
+            std::string::npos);
+  EXPECT_NE(rejection(desc, "nnodes=2\nnproc_per_node=4\n").find("not JSON"), std::string::npos)
+      << "the old line form is refused, not half-read";
+  auto job = [](const std::string& t, std::string_view s) { return decode_job_id(t, s); };
+  EXPECT_NE(rejection(job, R"({"record":"job id","job_id":""})").find("is empty"),
+            std::string::npos);
 }
 
 TEST(ControlRecords, MismatchNamesTheFieldAndBothValues) {
@@ -72,7 +151,7 @@ TEST(ControlRecords, MismatchNamesTheFieldAndBothValues) {
   EXPECT_EQ(*why,
             "the job description differs between nodes: nproc_per_node is '2' on node 0 (this "
             "node) but '3' on node 1");
-  EXPECT_EQ(decode_description(encode_description(description(5))), description(5));
+  EXPECT_EQ(decode_description(encode_description(description(5)), "test"), description(5));
 }
 
 TEST(ControlChannel, TwoNodesAgreeOnEndpointsAndJobId) {

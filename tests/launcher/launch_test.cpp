@@ -279,7 +279,7 @@ TEST(Launch, RestartAfterAFailureInTheFirstStartSucceeds) {
     EXPECT_TRUE(contains(second, "ENV DDL_RESTART_COUNT=1\n"));
     EXPECT_TRUE(contains(second, "rank " + R + " step 3 restart 1\n")) << "the restart finished";
     if (r == 1) {
-      EXPECT_TRUE(contains(first, "FAULT rank 1 step 2: exit 3"));
+      EXPECT_TRUE(contains(first, "fault injection: rank 1 exits with code 3 at step 2"));
     }
     // A new rendezvous generation: another job id, same endpoints.
     const auto ids = env_values(log, ddl::env::kJobId);
@@ -314,7 +314,7 @@ TEST(Launch, AlwaysFailingWorkerEndsAfterMaxRestartsWithItsCode) {
   const std::string log1 = worker_log(logs, 1);
   EXPECT_EQ(env_values(log1, ddl::env::kRestartCount), (std::vector<std::string>{"0", "1"}))
       << log1;
-  EXPECT_EQ(count(log1, "FAULT rank 1 step 1: exit 7"), 2) << log1;
+  EXPECT_EQ(count(log1, "fault injection: rank 1 exits with code 7 at step 1"), 2) << log1;
   expect_nothing_left(all_groups(run));
 }
 
@@ -362,7 +362,7 @@ TEST(Launch, HangGuardWatchesOnlyRunningRanksAndRestarts) {
       << err;
   EXPECT_GE(std::stod(m[1]), 1.5) << "rank 0's output kept the guard quiet";
   const std::string log1 = worker_log(logs, 1);
-  EXPECT_TRUE(contains(log1, "FAULT rank 1 step 2: hang")) << log1;
+  EXPECT_TRUE(contains(log1, "fault injection: rank 1 hangs at step 2")) << log1;
   EXPECT_TRUE(contains(log1, "rank 1 step 29 restart 1")) << log1;
   expect_nothing_left(all_groups(run));
 }

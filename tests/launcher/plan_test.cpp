@@ -68,7 +68,7 @@ TEST(Plan, OneNodeFreePorts) {
     EXPECT_EQ(e.at("MASTER_ADDR"), "127.0.0.1");
     EXPECT_EQ(e.at("MASTER_PORT"), "5001");
     EXPECT_EQ(e.at("OMP_NUM_THREADS"), "4");
-    EXPECT_EQ(e.at("DDL_JOB_ID"), "job1");
+    EXPECT_EQ(e.at("DDL_JOB_ID"), "job1-g0") << "generation 0 of job1";
     EXPECT_EQ(e.at("DDL_JOB_SECRET"), "s3cret");
     EXPECT_EQ(e.count("DDL_LOG_LEVEL"), 0u);
   }
@@ -155,7 +155,7 @@ TEST(Plan, RoundTripThroughTheEnvironment) {
     EXPECT_EQ(back->current, w.contract.current);
     EXPECT_EQ(back->endpoints, plan.endpoints);
     EXPECT_EQ(back->gpu, w.contract.gpu);
-    EXPECT_EQ(back->job_id, "job1");
+    EXPECT_EQ(back->job_id, "job1-g0") << "the first generation's job id";
     EXPECT_EQ(back->secret, "s3cret");
     EXPECT_EQ(back->rendezvous_timeout, std::chrono::milliseconds(9000));
     EXPECT_EQ(back->restart_count, 0);
@@ -165,10 +165,13 @@ TEST(Plan, RoundTripThroughTheEnvironment) {
 TEST(Plan, EachRestartIsANewGeneration) {
   FakePicker picker{{5001, 5002}};
   PlanInputs in = inputs(picker);
-  in.restart_count = 2;
-  in.job_id = generation_job_id("job1", 2);
-  EXPECT_EQ(in.job_id, "job1-g2");
-  EXPECT_NE(generation_job_id("job1", 0), generation_job_id("job1", 1));
+  in.generation = Generation(2);
+  EXPECT_EQ(Generation(2).job_id("job1"), "job1-g2");
+  EXPECT_NE(Generation().job_id("job1"), Generation().next().job_id("job1"));
+  EXPECT_EQ(Generation().next(), Generation(1));
+  EXPECT_TRUE(Generation().first());
+  EXPECT_FALSE(Generation(1).first());
+  EXPECT_THROW(Generation(-1), std::invalid_argument);
   const ClusterPlan plan = make_plan(parse({"--nproc_per_node=2", "w"}), in);
   for (const WorkerSpec& w : plan.local) {
     EXPECT_EQ(w.env.at(env::kRestartCount), "2");

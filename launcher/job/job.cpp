@@ -1,0 +1,239 @@
+#include "launcher/job/job.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "launcher/cluster/generation.h"
+#include "launcher/cluster/plan.h"
+#include "launcher/cluster/topology.h"
+#include "launcher/coord/control.h"
+#include "launcher/supervise/supervisor.h"
+#include "net/ports.h"
+
+namespace ddl::launcher {
+
+namespace {
+
+constexpr std::size_t kJobIdBytes = 8;
+constexpr std::size_t kJobSecretBytes = 16;
+
+// DDL_JOB_ID / DDL_JOB_SECRET from the caller, when set and not empty.
+std::optional<std::string> non_empty(const env::EnvMap& env, const char* name) {
+  auto value = env::lookup(env, name);
+  if (value && value->empty()) return std::nullopt;
+  return value;
+}
+
+// What every node of a multi-node job must agree on (launcher/coord/control.h compares it).
+JobDescription describe_job(const LaunchOptions& options, const NodeTopology& topology) {
+  std::string hosts;
+  for (const auto& h : topology.hosts) hosts += (hosts.empty() ? "" : ",") + h;
+  return {
+      {"nnodes", std::to_string(topology.nnodes)},
+      {"node list", hosts.empty() ? std::string("(each node publishes its own)") : hosts},
+      {"nproc_per_node", std::to_string(options.nproc_per_node)},
+      {"started_port", options.started_port ? std::to_string(*options.started_port) : "None"},
+      {"worker program", std::filesystem::path(options.worker).filename().string()},
+      {"control store", topology.control.str()},
+  };
+}
+
+// Joins the other nodes through node 0's control store; fills the job id and the endpoints.
+std::unique_ptr<ControlChannel> form_multi_node_job(const LaunchOptions& options,
+                                                    const NodeTopology& topology,
+                                                    const std::optional<std::string>& caller_job_id,
+                                                    const std::optional<std::string>& caller_secret,
+                                                    std::string& job_id, PlanInputs& inputs) {
+  if (!caller_secret) {
+    throw PlanError(std::string("a job of ") + std::to_string(topology.nnodes) + " nodes (from " +
+                    topology.source + ") needs the same " + env::kJobSecret +
+                    " on every node: it admits the launchers to node 0's control store and the "
+                    "workers to their store. Set it before starting launch on each node, e.g. "
+                    "export " +
+                    env::kJobSecret +
+                    "=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n') "
+                    "(srun passes the caller's environment on)");
+  }
+  ControlOptions control_options;
+  control_options.endpoint = topology.control;
+  control_options.job_id = caller_job_id ? *caller_job_id + "/control" : "ddl-control";
+  control_options.secret = *caller_secret;
+  control_options.node_rank = topology.node_rank;
+  control_options.nnodes = topology.nnodes;
+  control_options.rendezvous_timeout =
+      options.rendezvous_timeout.value_or(env::kDefaultRendezvousTimeout);
+  control_options.linger_timeout = options.kill_timeout + std::chrono::seconds(5);
+  spdlog::info("node {} of {} ({}); control store at {}", topology.node_rank, topology.nnodes,
+               topology.source, topology.control.str());
+  auto control = std::make_unique<ControlChannel>(control_options);
+
+  ControlChannel::Agreement agreement;
+  try {
+    const std::string host =
+        topology.local_host
+            ? *topology.local_host
+            : net::route_address_towards(topology.control.host, topology.control.port);
+    std::vector<env::Endpoint> local;
+    const std::vector<std::uint16_t> ports =
+        options.started_port
+            ? std::vector<std::uint16_t>{}
+            : net::pick_free_ports(net::resolve_ipv4(host), options.nproc_per_node);
+    for (int i = 0; i < options.nproc_per_node; ++i) {
+      local.push_back(env::Endpoint{
+          host,
+          options.started_port ? static_cast<std::uint16_t>(*options.started_port + i) : ports[i]});
+    }
+    agreement = control->rendezvous(describe_job(options, topology), local, job_id);
+  } catch (const std::exception&) {
+    control->abandon();
+    throw;
+  }
+  job_id = agreement.job_id;
+  inputs.cluster_endpoints = agreement.endpoints;
+  inputs.node_rank = topology.node_rank;
+  spdlog::info("node {}: all {} node(s) agree; world size {}", topology.node_rank, topology.nnodes,
+               agreement.endpoints.size());
+  return control;
+}
+
+}  // namespace
+
+int online_cores() {
+  long n = ::sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+
+int run_job(const LaunchOptions& options, const JobContext& context) {
+  const env::EnvMap& caller_env = context.caller_env;
+  std::ostream& config_out = context.config_out ? *context.config_out : std::cout;
+  const std::string executable = find_worker(options.worker, context.launcher_dir, caller_env);
+  const NodeTopology topology = resolve_topology(options, caller_env);
+
+  PlanInputs inputs;
+  inputs.cores = context.cores;
+  inputs.caller_env = caller_env;
+  // Every generation uses the endpoints of the first: other nodes know only those, and the store
+  // binds with SO_REUSEADDR, so a port of a reaped generation is free again at once.
+  std::vector<std::uint16_t> first_ports;
+  inputs.pick_ports = [&first_ports](const std::string& host, int count) {
+    if (first_ports.empty()) first_ports = net::pick_free_ports(host, count);
+    return first_ports;
+  };
+  // The job's identity must be the same on every node: the caller's DDL_JOB_ID / DDL_JOB_SECRET
+  // when set; otherwise a single node makes its own, and a multi-node job takes node 0's job id
+  // through the control store and requires the secret from the caller (it also admits the
+  // launchers to that store, so it cannot travel through it).
+  const std::optional<std::string> caller_job_id = non_empty(caller_env, env::kJobId);
+  const std::optional<std::string> caller_secret = non_empty(caller_env, env::kJobSecret);
+  std::string job_id = caller_job_id.value_or(random_hex(kJobIdBytes));
+  inputs.job_secret = caller_secret.value_or(random_hex(kJobSecretBytes));
+
+  std::unique_ptr<ControlChannel> control;
+  if (topology.multi_node()) {
+    control = form_multi_node_job(options, topology, caller_job_id, caller_secret, job_id, inputs);
+  }
+  inputs.job_id = job_id;
+
+  // Each generation is a new rendezvous with its own job id (launcher/cluster/generation.h).
+  auto plan_for = [&](Generation generation) {
+    PlanInputs in = inputs;
+    in.generation = generation;
+    return make_plan(options, in);
+  };
+  // From here on a multi-node job is running elsewhere: a failure to start here must stop it.
+  auto fail_here = [&](const std::string& what) {
+    if (!control) return;
+    control->report_failure(FailureNotice{std::nullopt, kExitError, what});
+    control->finish();
+  };
+  ClusterPlan plan;
+  try {
+    plan = plan_for(Generation());
+  } catch (const std::exception& e) {
+    fail_here(std::string("cannot plan the job: ") + e.what());
+    throw;
+  }
+
+  if (options.print_config) {
+    config_out << describe_options(options) << describe_plan(plan) << std::flush;
+  }
+  if (plan.omp_threads_defaulted) {
+    spdlog::info("{} is not set: giving each of the {} worker(s) {}={} ({} cores)",
+                 env::kOmpNumThreads, plan.local.size(), env::kOmpNumThreads,
+                 *plan.omp_threads_defaulted, inputs.cores);
+  }
+
+  auto launches_of = [&](const ClusterPlan& p) {
+    std::vector<WorkerLaunch> launches;
+    for (const WorkerSpec& spec : p.local) {
+      WorkerLaunch l;
+      l.role = spec.contract.role;
+      l.index = spec.contract.rank;
+      l.executable = executable;
+      l.args = options.worker_args;
+      l.env = merge_env(caller_env, spec.env);
+      launches.push_back(std::move(l));
+    }
+    return launches;
+  };
+  const GenerationFactory generations = [&](Generation generation) {
+    if (generation.first()) return launches_of(plan);
+    spdlog::debug("restart {}: job id {}", generation.index(), generation.job_id(job_id));
+    return launches_of(plan_for(generation));
+  };
+  SupervisorOptions sup;
+  sup.log_dir = options.log_dir;
+  sup.quiet = options.quiet;
+  sup.kill_timeout = options.kill_timeout;
+  sup.restart_policy = RestartPolicy(options.max_restarts);
+  sup.hang_timeout = options.hang_timeout;
+  spdlog::debug("job {}: world size {}", job_id, plan.world_size);
+  if (!control) return supervise(generations, sup).exit_code;
+
+  JobOutcome outcome;
+  try {
+    auto stop = std::make_shared<ExternalStop>();
+    control->watch(stop);
+    sup.external_stop = stop;
+    sup.on_failure = [&control](const FailureNotice& notice) { control->report_failure(notice); };
+    outcome = supervise(generations, sup);
+  } catch (const std::exception& e) {
+    fail_here(e.what());
+    throw;
+  }
+  const std::optional<FailureRecord> failure = control->finish();
+  int exit_code = outcome.exit_code;
+  if (failure) {
+    spdlog::error("the job failed on {}; first failure: {}",
+                  failure->node == topology.node_rank ? std::string("this node")
+                                                      : "node " + std::to_string(failure->node),
+                  failure->str());
+    if (exit_code == 0) exit_code = failure->exit_code != 0 ? failure->exit_code : kExitError;
+  }
+  return exit_code;
+}
+
+ErrorExit exit_for(const std::exception& error) {
+  const std::string what = error.what();
+  if (dynamic_cast<const OptionsError*>(&error)) return {kExitUsage, "bad command line: " + what};
+  if (dynamic_cast<const WorkerNotFoundError*>(&error)) return {kExitNotFound, what};
+  if (dynamic_cast<const PlanError*>(&error)) return {kExitUsage, "cannot plan the job: " + what};
+  if (dynamic_cast<const ControlError*>(&error)) {
+    return {kExitUsage, "cannot form the multi-node job: " + what};
+  }
+  if (dynamic_cast<const net::PortError*>(&error)) return {kExitError, what};
+  if (dynamic_cast<const SupervisorError*>(&error)) return {kExitError, what};
+  if (dynamic_cast<const env::EnvError*>(&error)) {
+    return {kExitError, "environment contract: " + what};
+  }
+  return {kExitError, "unexpected error: " + what};
+}
+
+}  // namespace ddl::launcher

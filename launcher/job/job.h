@@ -1,0 +1,50 @@
+// One run of `launch` on this node, start to end, without the process around it: resolve the
+// worker and the node topology, form the multi-node job through the control connection, plan
+// ranks and ports, supervise the local processes (restarting them as the restart policy says) and
+// map what happened to the launcher's exit code. main.cpp only parses the command line, sets up
+// signals and logging, and prints errors; tests drive whole jobs in-process through run_job().
+//
+// Exit codes: 0 when every worker of the last generation (after --max_restarts restarts at most)
+// exits 0; that generation's first failed worker's code (128+signal when it was killed); 124 when
+// the hang guard ended it; 128+signal when the launcher was interrupted; and, from exit_for(), 2
+// for a bad command line or plan, 127 when WORKER is not an executable, 1 for any other error.
+#pragma once
+
+#include <exception>
+#include <iosfwd>
+#include <string>
+
+#include "env/contract.h"
+#include "launcher/options/options.h"
+
+namespace ddl::launcher {
+
+inline constexpr int kExitError = 1;
+inline constexpr int kExitUsage = 2;
+inline constexpr int kExitNotFound = 127;
+
+// What a job takes from the process that runs it.
+struct JobContext {
+  env::EnvMap caller_env;              // the launcher's environment (the workers inherit it)
+  std::string launcher_dir;            // where a bare WORKER name is looked up first
+  int cores = 1;                       // usable cores (OMP_NUM_THREADS default)
+  std::ostream* config_out = nullptr;  // --print_config goes here; null: std::cout
+};
+
+// Runs the job described by `options` (help and version are main's business) and returns the
+// launcher's exit code. Throws, before any worker runs or when the job cannot go on:
+// WorkerNotFound- Error, PlanError, ControlError, SupervisorError, net::PortError, env::EnvError; a
+// multi-node job tells the other nodes first.
+int run_job(const LaunchOptions& options, const JobContext& context);
+
+// The launcher's exit code and one-line message for an error that ended `launch`.
+struct ErrorExit {
+  int exit_code = kExitError;
+  std::string message;
+};
+ErrorExit exit_for(const std::exception& error);
+
+// The number of online cores (at least 1).
+int online_cores();
+
+}  // namespace ddl::launcher

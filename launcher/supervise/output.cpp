@@ -1,0 +1,93 @@
+#include "launcher/supervise/output.h"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "launcher/supervise/supervisor_error.h"
+
+namespace ddl::launcher {
+
+bool write_all(int fd, const char* data, std::size_t size) {
+  while (size > 0) {
+    ssize_t n = ::write(fd, data, size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    data += n;
+    size -= static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+Console::Console(int fd) : fd_(fd) {}
+
+void Console::write(const std::string& text) {
+  if (ok_) ok_ = write_all(fd_, text.data(), text.size());
+}
+
+ProcessOutput::ProcessOutput(std::string name, std::string log_path, bool echo, std::string prefix,
+                             Console& console)
+    : name_(std::move(name)),
+      log_path_(std::move(log_path)),
+      echo_(echo),
+      prefix_(std::move(prefix)),
+      console_(console) {
+  if (log_path_.empty()) return;
+  log_fd_ = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (log_fd_ < 0) {
+    throw SupervisorError("cannot open log file '" + log_path_ + "' for " + name_ + ": " +
+                          std::strerror(errno));
+  }
+}
+
+ProcessOutput::~ProcessOutput() {
+  if (log_fd_ >= 0) ::close(log_fd_);
+}
+
+void ProcessOutput::write_log(const char* data, std::size_t size) {
+  if (log_fd_ < 0 || write_all(log_fd_, data, size)) return;
+  spdlog::error("writing {} failed: {}; {}'s further output is dropped", log_path_,
+                std::strerror(errno), name_);
+  ::close(log_fd_);
+  log_fd_ = -1;
+}
+
+void ProcessOutput::consume(const char* data, std::size_t size) {
+  write_log(data, size);
+  std::size_t start = 0;
+  for (std::size_t i = 0; i < size; ++i) {
+    if (data[i] != '\n') continue;
+    partial_.append(data + start, i - start);
+    emit_line();
+    start = i + 1;
+  }
+  partial_.append(data + start, size - start);
+  if (partial_.size() >= kMaxLineBytes) emit_line();
+}
+
+void ProcessOutput::finish_line() {
+  if (!partial_.empty()) emit_line();
+}
+
+void ProcessOutput::start_generation(const std::string& separator, bool echo_separator) {
+  write_log(separator.data(), separator.size());
+  if (echo_separator) console_.write(separator);
+  partial_.clear();
+  tail_.clear();
+}
+
+void ProcessOutput::emit_line() {
+  std::string line;
+  line.swap(partial_);
+  if (echo_) console_.write(prefix_ + line + '\n');
+  tail_.push_back(std::move(line));
+  if (static_cast<int>(tail_.size()) > kSummaryTailLines) tail_.pop_front();
+}
+
+}  // namespace ddl::launcher

@@ -1,0 +1,81 @@
+// The log fan-out: where the output of each launched process goes.
+//
+// Every process's stdout and stderr arrive on one pipe (the supervisor reads it). A ProcessOutput
+// writes those bytes unchanged to the process's log file, cuts them into lines, echoes whole lines
+// to the launcher's console (optionally behind a prefix such as "[rank 3] ", so that processes
+// never interleave within a line) and keeps the last few lines for the failure summary. A line
+// longer than kMaxLineBytes without a newline is cut there.
+#pragma once
+
+#include <cstddef>
+#include <deque>
+#include <string>
+
+namespace ddl::launcher {
+
+// Lines of a failed process's output repeated in the failure summary.
+inline constexpr int kSummaryTailLines = 10;
+
+// A line longer than this without a newline is emitted as it stands.
+inline constexpr std::size_t kMaxLineBytes = 64 * 1024;
+
+// Writes all of `data` to `fd`, retrying short writes and EINTR; false on error (e.g. EPIPE when
+// the console went away).
+bool write_all(int fd, const char* data, std::size_t size);
+
+// The launcher's console (a file descriptor, its stdout), shared by the outputs of one job. After
+// the first failed write (the console went away) nothing more is written to it. Not thread-safe.
+class Console {
+ public:
+  explicit Console(int fd);
+  void write(const std::string& text);
+
+ private:
+  int fd_;
+  bool ok_ = true;
+};
+
+// One process's output for the whole job (every generation). Not copyable; not thread-safe.
+class ProcessOutput {
+ public:
+  // `name` ("rank 3", "server 1") is used in messages. Opens `log_path` truncated (empty: no log
+  // file) and throws SupervisorError naming the process and the path when it cannot. `echo`: copy
+  // each line to `console`, after `prefix` (may be empty).
+  ProcessOutput(std::string name, std::string log_path, bool echo, std::string prefix,
+                Console& console);
+  ProcessOutput(const ProcessOutput&) = delete;
+  ProcessOutput& operator=(const ProcessOutput&) = delete;
+  ~ProcessOutput();
+
+  // Bytes read from the process's pipe.
+  void consume(const char* data, std::size_t size);
+
+  // The pipe reached EOF: a last line without a newline is emitted as it stands.
+  void finish_line();
+
+  // A new generation begins: `separator` (a whole line, with its newline) goes into the log file
+  // and, when `echo_separator`, to the console; the previous generation's lines are forgotten.
+  void start_generation(const std::string& separator, bool echo_separator);
+
+  // The last kSummaryTailLines lines of the current generation.
+  const std::deque<std::string>& tail() const { return tail_; }
+  // The log file's path; empty without one.
+  const std::string& log_path() const { return log_path_; }
+  // True when lines are echoed to the console.
+  bool echoes() const { return echo_; }
+
+ private:
+  void emit_line();
+  void write_log(const char* data, std::size_t size);
+
+  std::string name_;
+  std::string log_path_;
+  int log_fd_ = -1;
+  bool echo_;
+  std::string prefix_;
+  Console& console_;
+  std::string partial_;
+  std::deque<std::string> tail_;
+};
+
+}  // namespace ddl::launcher

@@ -1,0 +1,262 @@
+// supervise() in this process, on a mix of parameter servers and trainers (hello_worker playing
+// both): log names, console prefixes, failure summaries and restarts name each process by its
+// role and index.
+#include "launcher/supervise/supervisor.h"
+
+#include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <set>
+#include <sstream>
+
+#include "tests/support/temp_dir.h"
+#include "tests/support/text.h"
+
+namespace ddl::launcher {
+namespace {
+
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+using testing::contains;
+using testing::count;
+using testing::read_file;
+using testing::TempDir;
+
+const std::string kHello = std::string(DDL_BIN_DIR) + "/hello_worker";
+
+std::set<std::string> entries(const std::string& dir) {
+  std::set<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    names.insert(e.path().filename().string());
+  }
+  return names;
+}
+
+// The launcher's log lines while it lives (spdlog's default logger, restored afterwards).
+class CapturedLog {
+ public:
+  CapturedLog() : previous_(spdlog::default_logger()), level_(spdlog::get_level()) {
+    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(text_);
+    spdlog::set_default_logger(std::make_shared<spdlog::logger>("test", sink));
+    spdlog::set_level(spdlog::level::debug);
+  }
+  ~CapturedLog() {
+    spdlog::set_default_logger(previous_);
+    spdlog::set_level(level_);
+  }
+  std::string str() const { return text_.str(); }
+
+ private:
+  std::shared_ptr<spdlog::logger> previous_;
+  spdlog::level::level_enum level_;
+  std::ostringstream text_;
+};
+
+// Two servers on 127.0.0.2 and two trainers on 127.0.0.1, in that order; `args(role, index)`
+// gives each its hello_worker arguments.
+std::vector<WorkerLaunch> mixed_job(
+    const std::function<std::vector<std::string>(env::Role, int)>& args, Generation generation) {
+  const std::vector<env::Endpoint> trainers = {{"127.0.0.1", 7000}, {"127.0.0.1", 7001}};
+  const std::vector<env::Endpoint> servers = {{"127.0.0.2", 8000}, {"127.0.0.2", 8001}};
+  std::vector<WorkerLaunch> launches;
+  for (env::Role role : {env::Role::kServer, env::Role::kTrainer}) {
+    for (int i = 0; i < 2; ++i) {
+      env::WorkerContract c;
+      c.role = role;
+      c.rank = i;
+      c.world_size = 2;
+      c.local_rank = i;
+      c.local_world_size = 2;
+      c.endpoints = trainers;
+      c.server_endpoints = servers;
+      c.current = role == env::Role::kServer ? servers[i] : trainers[i];
+      c.job_id = generation.job_id("mixed");
+      c.restart_count = generation.index();
+      WorkerLaunch l;
+      l.role = role;
+      l.index = i;
+      l.executable = kHello;
+      l.args = args(role, i);
+      l.env = env::to_env(c);
+      l.env["PATH"] = "/usr/bin:/bin";
+      launches.push_back(std::move(l));
+    }
+  }
+  return launches;
+}
+
+SupervisorOptions options_with_logs(const TempDir& dir) {
+  SupervisorOptions o;
+  o.log_dir = dir.file("logs");
+  o.kill_timeout = milliseconds(1000);
+  return o;
+}
+
+TEST(SupervisorRoles, LogFilesAndEnvironmentFollowTheRole) {
+  TempDir dir;
+  const auto launches = mixed_job(
+      [](env::Role, int) {
+        return std::vector<std::string>{"--lines", "2"};
+      },
+      Generation());
+  const JobOutcome outcome = supervise(launches, options_with_logs(dir));
+  EXPECT_EQ(outcome.exit_code, 0);
+  EXPECT_EQ(outcome.state, JobState::kRunning);
+  const std::string logs = dir.file("logs");
+  EXPECT_EQ(entries(logs),
+            (std::set<std::string>{"serverlog.0", "serverlog.1", "workerlog.0", "workerlog.1"}));
+  const std::string server1 = read_file(logs + "/serverlog.1");
+  EXPECT_TRUE(contains(server1,
+                       "hello from server 1 of 2 (local server 1 of 2), endpoint "
+                       "127.0.0.2:8001, 2 trainer(s)"))
+      << server1;
+  EXPECT_TRUE(contains(server1, "ENV TRAINING_ROLE=PSERVER\n")) << server1;
+  EXPECT_TRUE(contains(server1, "ENV PADDLE_TRAINER_ID=<unset>\n")) << server1;
+  EXPECT_TRUE(contains(server1, "server 1 line 1 of 2")) << server1;
+  const std::string trainer1 = read_file(logs + "/workerlog.1");
+  EXPECT_TRUE(contains(trainer1, "hello from rank 1 of 2")) << trainer1;
+  EXPECT_TRUE(contains(trainer1, "ENV TRAINING_ROLE=TRAINER\n")) << trainer1;
+  EXPECT_TRUE(
+      contains(trainer1, "ENV PADDLE_PSERVERS_IP_PORT_LIST=127.0.0.2:8000,127.0.0.2:8001\n"))
+      << trainer1;
+}
+
+TEST(SupervisorRoles, AFailingServerIsNamedInTheSummary) {
+  TempDir dir;
+  CapturedLog log;
+  const auto launches = mixed_job(
+      [](env::Role role, int i) {
+        if (role == env::Role::kServer && i == 1)
+          return std::vector<std::string>{"--exit_code", "4"};
+        return std::vector<std::string>{"--sleep_ms", "20000"};
+      },
+      Generation());
+  SupervisorOptions o = options_with_logs(dir);
+  std::vector<FailureNotice> notices;
+  o.on_failure = [&notices](const FailureNotice& n) { notices.push_back(n); };
+  const auto started = Clock::now();
+  const JobOutcome outcome = supervise(launches, o);
+  EXPECT_LT(Clock::now() - started, milliseconds(8000)) << "the others are stopped at once";
+  EXPECT_EQ(outcome.exit_code, 4);
+  EXPECT_EQ(outcome.state, JobState::kWorkerFailed);
+  EXPECT_EQ(outcome.failed_process, "server 1");
+  EXPECT_FALSE(outcome.failed_rank) << "a server has no rank";
+  ASSERT_EQ(notices.size(), 1u);
+  EXPECT_EQ(notices[0].what, "server 1 exited with code 4");
+  EXPECT_FALSE(notices[0].rank);
+  const std::string text = log.str();
+  EXPECT_TRUE(contains(text, "starting 4 worker(s) (servers 0..1, ranks 0..1)")) << text;
+  EXPECT_TRUE(contains(text, "server 1 (pid ")) << text;
+  EXPECT_TRUE(contains(text, "job failed: server 1 (pid ")) << text;
+  EXPECT_TRUE(contains(
+      text, "exited with code 4; launcher exit code 4; log: " + dir.file("logs") + "/serverlog.1"))
+      << text;
+}
+
+TEST(SupervisorRoles, ConsolePrefixNamesTheRole) {
+  ::testing::internal::CaptureStdout();
+  const auto launches = mixed_job(
+      [](env::Role, int) {
+        return std::vector<std::string>{"--lines", "2"};
+      },
+      Generation());
+  SupervisorOptions o;  // no log dir: everything to the console, prefixed
+  o.kill_timeout = milliseconds(1000);
+  const JobOutcome outcome = supervise(launches, o);
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(outcome.exit_code, 0);
+  EXPECT_TRUE(contains(out, "[server 1] server 1 line 1 of 2")) << out;
+  EXPECT_TRUE(contains(out, "[server 0] hello from server 0 of 2")) << out;
+  EXPECT_TRUE(contains(out, "[rank 1] rank 1 line 0 of 2")) << out;
+}
+
+TEST(SupervisorRoles, HangGuardNamesEachSilentProcess) {
+  TempDir dir;
+  CapturedLog log;
+  const auto launches = mixed_job(
+      [](env::Role, int) {
+        return std::vector<std::string>{"--sleep_ms", "20000"};
+      },
+      Generation());
+  SupervisorOptions o = options_with_logs(dir);
+  o.hang_timeout = milliseconds(500);
+  const JobOutcome outcome = supervise(launches, o);
+  EXPECT_EQ(outcome.exit_code, kHangExitCode);
+  EXPECT_EQ(outcome.state, JobState::kHung);
+  const std::string text = log.str();
+  EXPECT_TRUE(contains(text, "silent: server 0 (0.")) << text;
+  EXPECT_TRUE(contains(text, ", rank 1 (0.")) << text;
+  EXPECT_TRUE(contains(text, "server 1 (" + dir.file("logs") + "/serverlog.1): last line: READY"))
+      << text;
+}
+
+TEST(SupervisorRoles, ARestartStartsEveryRoleAgain) {
+  TempDir dir;
+  const GenerationFactory factory = [](Generation g) {
+    return mixed_job(
+        [g](env::Role role, int i) {
+          if (g.first() && role == env::Role::kServer && i == 1) {
+            return std::vector<std::string>{"--exit_code", "4"};
+          }
+          return std::vector<std::string>{"--lines", "1"};
+        },
+        g);
+  };
+  SupervisorOptions o = options_with_logs(dir);
+  o.restart_policy = RestartPolicy(1);
+  const JobOutcome outcome = supervise(factory, o);
+  EXPECT_EQ(outcome.exit_code, 0);
+  EXPECT_EQ(outcome.restarts, 1);
+  for (const char* name : {"serverlog.0", "serverlog.1", "workerlog.0", "workerlog.1"}) {
+    const std::string text = read_file(dir.file("logs") + "/" + name);
+    EXPECT_EQ(count(text, "==== restart 1 ====\n"), 1) << name;
+    EXPECT_TRUE(contains(text, "ENV DDL_JOB_ID=mixed-g1\n")) << name << ": " << text;
+  }
+}
+
+TEST(SupervisorRoles, ARestartThatChangesTheRolesIsRefused) {
+  TempDir dir;
+  CapturedLog log;
+  const GenerationFactory factory = [](Generation g) {
+    auto launches = mixed_job(
+        [g](env::Role role, int i) {
+          if (role == env::Role::kTrainer && i == 0)
+            return std::vector<std::string>{"--exit_code", "6"};
+          return std::vector<std::string>{};
+        },
+        g);
+    if (!g.first()) std::swap(launches[0], launches[2]);  // a trainer where a server was
+    return launches;
+  };
+  SupervisorOptions o = options_with_logs(dir);
+  o.restart_policy = RestartPolicy(3);
+  const JobOutcome outcome = supervise(factory, o);
+  EXPECT_EQ(outcome.exit_code, 6) << "the failure that asked for the restart";
+  EXPECT_EQ(outcome.state, JobState::kSpawnFailed);
+  EXPECT_EQ(outcome.restarts, 0);
+  EXPECT_TRUE(contains(log.str(),
+                       "could not prepare restart 1: restart 1 starts rank 0 where the "
+                       "job had server 0"))
+      << log.str();
+}
+
+TEST(SupervisorRoles, TwoProcessesWithOneNameAreRefused) {
+  TempDir dir;
+  auto launches =
+      mixed_job([](env::Role, int) { return std::vector<std::string>{}; }, Generation());
+  launches[1].index = 0;
+  try {
+    supervise(launches, options_with_logs(dir));
+    ADD_FAILURE() << "no error";
+  } catch (const SupervisorError& e) {
+    EXPECT_EQ(std::string(e.what()), "two processes of the job are both server 0");
+  }
+}
+
+}  // namespace
+}  // namespace ddl::launcher
