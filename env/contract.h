@@ -3,7 +3,7 @@
 // This header is the one home of every environment variable the project reads or writes: the
 // launcher builds a `WorkerContract` per rank and turns it into variables with `to_env`; a worker
 // reads its own back with `from_env`. Nothing else in the project calls getenv/setenv for these
-// names (see STYLE.md: "Environment in one place").
+// names (the environment is read in one place only).
 #pragma once
 
 #include <chrono>

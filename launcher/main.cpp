@@ -1,7 +1,7 @@
 // `launch [options] WORKER [WORKER ARGS...]`: starts this node's workers of a data-parallel job
 // and supervises them. This file is the process around the job: the command line
 // (launcher/options/options.h), signals, logging, and errors printed as one line. The job itself,
-// and what each exit code means, is launcher/job/job.h; docs/FAILURES.md has the whole story.
+// and what each exit code means, is launcher/job/job.h; the README's "Failure semantics" has the whole story.
 #include <signal.h>
 
 #include <iostream>

@@ -1,4 +1,4 @@
-// Fault tests on real training jobs (issue 5): `launch` running `train_mnist` on the real MNIST
+// Fault tests on real training jobs: `launch` running `train_mnist` on the real MNIST
 // (DDL_SOURCE_DIR/data/mnist, fetched by scripts/setup.sh). Each test states its bound and checks
 // that no process of the job is left. Links no LibTorch: it drives the built executables.
 #include <arpa/inet.h>
