@@ -41,7 +41,7 @@ Rendezvous rendezvous(const ParallelEnv& env, std::optional<std::chrono::millise
   TcpStoreOptions options;
   options.endpoint = c.endpoints.at(0);
   // The launcher hands every generation its own job id ("<id>-g<restart>", Generation::job_id in
-  // launcher/cluster/plan.h), so a worker left over from before a restart is refused by the new store.
+  // launcher/cluster/generation.h), so a worker left over from before a restart is refused by the new store.
   options.job_id = c.job_id;
   options.secret = c.secret;
   options.rank = c.rank;
