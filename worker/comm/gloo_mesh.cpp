@@ -10,6 +10,8 @@
 // mismatch is reported without desynchronising the pair.
 #include "worker/comm/gloo_mesh.h"
 
+#include "store/prefix_store.h"
+
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
@@ -32,37 +34,29 @@ namespace ddl {
 namespace {
 
 // Gloo's rendezvous store on top of ours. Gloo calls get() without a timeout and expects it to
-// wait for the key, so every call is bounded by the mesh timeout; keys are prefixed so several
-// meshes (or generations) can share one store.
+// wait for the key, so every call is bounded by the mesh timeout; the keys live in a PrefixStore
+// of their own, so several meshes (or generations) can share one store.
 class GlooStoreAdapter : public gloo::rendezvous::Store {
  public:
-  GlooStoreAdapter(ddl::Store& store, std::string prefix, std::chrono::milliseconds timeout)
-      : store_(store), prefix_(std::move(prefix)), timeout_(timeout) {}
+  GlooStoreAdapter(ddl::Store& store, const std::string& prefix, std::chrono::milliseconds timeout)
+      : store_(store, prefix), timeout_(timeout) {}
 
   void set(const std::string& key, const std::vector<char>& data) override {
-    store_.set(full_key(key), data);
+    store_.set(key, data);
   }
 
-  std::vector<char> get(const std::string& key) override {
-    return store_.get(full_key(key), timeout_);
-  }
+  std::vector<char> get(const std::string& key) override { return store_.get(key, timeout_); }
 
   void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
 
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override {
-    std::vector<std::string> full;
-    full.reserve(keys.size());
-    for (const auto& key : keys) full.push_back(full_key(key));
     // Gloo passes its kNoTimeout (zero) to mean "no limit"; we never wait without one.
-    store_.wait(full, timeout.count() > 0 ? timeout : timeout_);
+    store_.wait(keys, timeout.count() > 0 ? timeout : timeout_);
   }
 
  private:
-  std::string full_key(const std::string& key) const { return prefix_ + "/" + key; }
-
-  ddl::Store& store_;
-  std::string prefix_;
+  ddl::PrefixStore store_;
   std::chrono::milliseconds timeout_;
 };
 

@@ -21,6 +21,7 @@
 #include <utility>
 
 #include "worker/comm/tensor_checks.h"
+#include "store/prefix_store.h"
 
 #ifdef DDL_WITH_NCCL
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -40,10 +41,6 @@ namespace {
 
 std::string rank_text(const NcclOptions& options) {
   return "rank " + std::to_string(options.rank) + " of " + std::to_string(options.world_size);
-}
-
-std::string unique_id_key(const NcclOptions& options) {
-  return options.store_prefix + "/unique_id";
 }
 
 void check_unique_id_size(const Bytes& id, const NcclOptions& options, const char* origin) {
@@ -85,20 +82,20 @@ bool nccl_available() {
 
 Bytes exchange_nccl_unique_id(Store& store, const NcclOptions& options,
                               const std::function<Bytes()>& create_id) {
-  const std::string key = unique_id_key(options);
+  PrefixStore ids(store, options.store_prefix);
+  const std::string key = "unique_id";
   if (options.rank == 0) {
     Bytes id = create_id();
     check_unique_id_size(id, options, "create_id returned");
-    store.set(key, id);
+    ids.set(key, id);
     return id;
   }
-  Bytes id;
-  try {
-    id = store.get(key, options.timeout);
-  } catch (const StoreTimeout& e) {
-    throw CommError("nccl unique id on " + rank_text(options) + ": rank 0 did not publish '" + key +
-                    "' within " + std::to_string(options.timeout.count()) + " ms: " + e.what());
+  if (!ids.wait_for({key}, options.timeout)) {
+    throw CommError("nccl unique id on " + rank_text(options) + ": rank 0 did not publish '" +
+                    ids.full_key(key) + "' within " + std::to_string(options.timeout.count()) +
+                    " ms");
   }
+  Bytes id = ids.get(key, options.timeout);
   check_unique_id_size(id, options, "the store holds");
   return id;
 }
