@@ -6,6 +6,7 @@
 #include <set>
 
 #include "worker/comm/comm_error.h"
+#include "store/prefix_store.h"
 
 namespace ddl {
 namespace {
@@ -89,11 +90,13 @@ void claim_group(Store& store, const GroupPlace& place, const std::string& backe
   const std::string where =
       backend + " group '" + place.label + "' on job rank " + std::to_string(place.job_rank) +
       " (group rank " + std::to_string(place.rank) + " of " + std::to_string(place.size) + "): ";
-  const std::string members_key = place.store_prefix + "/claim/members";
-  const std::string ranks_key = place.store_prefix + "/claim/ranks";
+  // The claim's keys: PREFIX/claim/members and PREFIX/claim/ranks.
+  PrefixStore claim(store, place.store_prefix + "/claim");
+  const std::string members_key = "members";
+  const std::string ranks_key = "ranks";
   try {
     // Each member adds one: a first use counts 1..size, any later use of the prefix goes past it.
-    const std::int64_t arrived = store.add(members_key, 1);
+    const std::int64_t arrived = claim.add(members_key, 1);
     if (arrived > place.size) {
       throw CommError(where + "the store prefix '" + place.store_prefix +
                       "' was already used by a group (" + std::to_string(arrived - 1) +
@@ -101,10 +104,10 @@ void claim_group(Store& store, const GroupPlace& place, const std::string& backe
                       " places); give this group another name");
     }
     if (place.rank == 0) {
-      store.set(ranks_key, Bytes(place.ranks_text.begin(), place.ranks_text.end()));
+      claim.set(ranks_key, Bytes(place.ranks_text.begin(), place.ranks_text.end()));
       return;
     }
-    const Bytes theirs = store.get(ranks_key, timeout);
+    const Bytes theirs = claim.get(ranks_key, timeout);
     const std::string listed(theirs.begin(), theirs.end());
     if (listed != place.ranks_text) {
       throw CommError(where + "group rank 0 built the group over ranks [" + listed +
