@@ -371,14 +371,7 @@ TEST(GlooMesh, SilentPeerRecvTimesOut) {
 
 // --- sub-groups ----------------------------------------------------------------------------------
 
-std::string error_of(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const CommError& e) {
-    return e.what();
-  }
-  return "no CommError";
-}
+using testing::error_of;
 
 TEST(RankGroup, PlacesTheRankAndNamesThePrefix) {
   const GroupPlace p = place_in_group("gloo", 2, 4, RankGroup{{1, 2, 3}, ""}, "gloo");

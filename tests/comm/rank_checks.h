@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -33,6 +34,16 @@ void require_comm_error(F&& body, const std::vector<std::string>& parts, const s
     return;
   }
   throw std::runtime_error(what + ": no CommError");
+}
+
+// The message of the CommError `call` throws, or "no CommError".
+inline std::string error_of(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const CommError& e) {
+    return e.what();
+  }
+  return "no CommError";
 }
 
 // In the test body: every rank exited 0.

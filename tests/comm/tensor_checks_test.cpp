@@ -1,4 +1,5 @@
 // The tensor checks and dtype mapping the Gloo and NCCL communicators share, without a GPU.
+#include "tests/comm/rank_checks.h"
 #include "worker/comm/tensor_checks.h"
 
 #include <gtest/gtest.h>
@@ -10,14 +11,7 @@
 namespace ddl {
 namespace {
 
-std::string error_of(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const CommError& e) {
-    return e.what();
-  }
-  return "no CommError";
-}
+using testing::error_of;
 
 TEST(TensorChecks, GlooAcceptsContiguousCpuTensorsOfItsDtypes) {
   for (auto dtype : {torch::kFloat, torch::kDouble, torch::kInt, torch::kLong}) {
