@@ -8,6 +8,8 @@
 #include <optional>
 #include <thread>
 
+#include "net/deadline.h"
+
 namespace ddl::net {
 namespace {
 
@@ -18,12 +20,6 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 constexpr milliseconds kFirstBackoff{10};
-// Longest wait honoured; longer ones are clamped so deadline arithmetic cannot overflow.
-constexpr milliseconds kMaxWait{std::chrono::hours(24 * 365)};
-
-Clock::time_point deadline_after(milliseconds timeout) {
-  return Clock::now() + std::clamp(timeout, milliseconds(0), kMaxWait);
-}
 
 std::uint8_t op_byte(TransportOp op) { return static_cast<std::uint8_t>(op); }
 
@@ -251,7 +247,7 @@ Frame FramedClient::Impl::request(std::uint8_t op, const Bytes& payload, millise
   const std::uint32_t id = next_request_id_++;
   if (next_request_id_ == 0) next_request_id_ = 1;  // 0 belongs to the handshake
   const Bytes bytes = encode_or_throw(op, id, payload, what);
-  const auto reply_deadline = deadline_after(std::min(wait, kMaxWait) + options_.io_timeout);
+  const auto reply_deadline = deadline_after(clamp_timeout(wait) + options_.io_timeout);
   write_frame(bytes, reply_deadline, what);
   Frame reply = read_frame(reply_deadline, what);
   if (reply.job_id != options_.job_id || reply.service != options_.service) {

@@ -1,6 +1,5 @@
 #include "store/store.h"
 
-#include <algorithm>
 #include <charconv>
 #include <sstream>
 
@@ -9,14 +8,6 @@
 
 namespace ddl {
 namespace store_detail {
-
-std::chrono::milliseconds clamp_timeout(std::chrono::milliseconds timeout) {
-  return std::clamp(timeout, std::chrono::milliseconds::zero(), kMaxTimeout);
-}
-
-std::chrono::steady_clock::time_point deadline_after(std::chrono::milliseconds timeout) {
-  return std::chrono::steady_clock::now() + clamp_timeout(timeout);
-}
 
 std::string describe_keys(const std::vector<std::string>& keys) {
   constexpr std::size_t kShown = 10;

@@ -7,19 +7,15 @@
 #include <string>
 #include <vector>
 
+#include "net/deadline.h"
 #include "store/store.h"
 
 namespace ddl::store_detail {
 
-// Longest wait any store honours; longer timeouts are clamped to it so deadline arithmetic on
-// steady_clock cannot overflow.
-inline constexpr std::chrono::milliseconds kMaxTimeout{std::chrono::hours(24 * 365)};
-
-// `timeout` clamped to [0, kMaxTimeout].
-std::chrono::milliseconds clamp_timeout(std::chrono::milliseconds timeout);
-
-// now + clamp_timeout(timeout), on steady_clock.
-std::chrono::steady_clock::time_point deadline_after(std::chrono::milliseconds timeout);
+// The transport's cap, clamp and deadline (net/deadline.h), used by every store.
+using net::clamp_timeout;
+using net::deadline_after;
+using net::kMaxTimeout;
 
 // "'a', 'b', 'c'" -- at most 10 keys, then "... (N more)".
 std::string describe_keys(const std::vector<std::string>& keys);

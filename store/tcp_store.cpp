@@ -74,6 +74,18 @@ class TcpStore::Impl {
     }
   }
 
+  // One wait request: nullopt once every key is set, else the keys the store says are missing.
+  std::optional<std::vector<std::string>> wait_request(const std::vector<std::string>& keys,
+                                                       milliseconds timeout,
+                                                       const std::string& what) {
+    PayloadWriter w;
+    write_keys(w, keys);
+    w.u64(timeout_ms_on_wire(timeout));
+    Frame reply = request(Op::kWait, w.take(), timeout, {Op::kOk, Op::kTimeout}, what);
+    if (reply.op == byte(Op::kOk)) return std::nullopt;
+    return parse(reply, what, [](PayloadReader& r) { return read_keys(r); });
+  }
+
   std::string where() const { return client.options().endpoint.str(); }
 
   net::FramedClient client;
@@ -127,27 +139,15 @@ std::string wait_what(const std::vector<std::string>& keys) {
 
 void TcpStore::wait(const std::vector<std::string>& keys, milliseconds timeout) {
   const std::string what = wait_what(keys);
-  PayloadWriter w;
-  write_keys(w, keys);
-  w.u64(timeout_ms_on_wire(timeout));
-  Frame reply = impl_->request(Op::kWait, w.take(), timeout, {Op::kOk, Op::kTimeout}, what);
-  if (reply.op == byte(Op::kTimeout)) {
-    auto missing = impl_->parse(reply, what, [](PayloadReader& r) { return read_keys(r); });
+  if (auto missing = impl_->wait_request(keys, timeout, what)) {
     throw StoreTimeout(impl_->client.prefix() + what + " at the store at " + impl_->where() +
                        " timed out after " + std::to_string(timeout.count()) +
-                       " ms; missing: " + describe_keys(missing));
+                       " ms; missing: " + describe_keys(*missing));
   }
 }
 
 bool TcpStore::wait_for(const std::vector<std::string>& keys, milliseconds timeout) {
-  const std::string what = wait_what(keys);
-  PayloadWriter w;
-  write_keys(w, keys);
-  w.u64(timeout_ms_on_wire(timeout));
-  Frame reply = impl_->request(Op::kWait, w.take(), timeout, {Op::kOk, Op::kTimeout}, what);
-  if (reply.op == byte(Op::kOk)) return true;
-  impl_->parse(reply, what, [](PayloadReader& r) { return read_keys(r); });  // well-formed?
-  return false;
+  return !impl_->wait_request(keys, timeout, wait_what(keys)).has_value();
 }
 
 std::optional<Bytes> TcpStore::compare_set(const std::string& key,
