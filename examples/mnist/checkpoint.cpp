@@ -79,7 +79,11 @@ void save_checkpoint(const std::string& path, const torch::nn::Module& module,
   optimizer.save(optimizer_archive);
   archive.write("optimizer", optimizer_archive);
 
-  // One writer per path (rank 0), so a fixed temporary name is enough; a stale one left by a
+  write_archive(path, archive);
+}
+
+void write_archive(const std::string& path, torch::serialize::OutputArchive& archive) {
+  // One writer per path (rank 0, or one server), so a fixed temporary name is enough; a stale one left by a
   // killed writer is truncated and reused.
   const std::string tmp = checkpoint_temp_path(path);
   FileDescriptor fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
@@ -123,20 +127,25 @@ void save_checkpoint(const std::string& path, const torch::nn::Module& module,
   if (dir_fd.get() >= 0) ::fsync(dir_fd.get());
 }
 
-TrainingPosition load_checkpoint(const std::string& path, torch::nn::Module& module,
-                                 torch::optim::Optimizer& optimizer, const torch::Device& device,
-                                 const TrainingPosition& expected) {
+void read_archive(const std::string& path, torch::serialize::InputArchive& archive,
+                  const torch::Device& device) {
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) {
     throw CheckpointError(path, "expected a checkpoint file, found none");
   }
-  torch::serialize::InputArchive archive;
   try {
     archive.load_from(path, device);
   } catch (const c10::Error& e) {
     throw CheckpointError(
         path, std::string("not a readable LibTorch archive: ") + e.what_without_backtrace());
   }
+}
+
+TrainingPosition load_checkpoint(const std::string& path, torch::nn::Module& module,
+                                 torch::optim::Optimizer& optimizer, const torch::Device& device,
+                                 const TrainingPosition& expected) {
+  torch::serialize::InputArchive archive;
+  read_archive(path, archive, device);
   c10::IValue format;
   if (!archive.try_read("format", format) || !format.isString() ||
       format.toStringRef() != kFormat) {

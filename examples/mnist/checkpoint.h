@@ -49,7 +49,14 @@ TrainingPosition load_checkpoint(const std::string& path, torch::nn::Module& mod
                                  torch::optim::Optimizer& optimizer, const torch::Device& device,
                                  const TrainingPosition& expected);
 
-// The name save_checkpoint uses for its temporary file next to `path` (for tests and cleanup).
+// The atomic write and the checked read under both, for other archives (a parameter server's
+// shard): write_archive throws CheckpointError like save_checkpoint; read_archive throws it for a
+// missing or unreadable file.
+void write_archive(const std::string& path, torch::serialize::OutputArchive& archive);
+void read_archive(const std::string& path, torch::serialize::InputArchive& archive,
+                  const torch::Device& device = torch::kCPU);
+
+// The name save_checkpoint (and write_archive) uses for its temporary file next to `path` (for tests and cleanup).
 std::string checkpoint_temp_path(const std::string& path);
 
 }  // namespace ddl::mnist

@@ -3,10 +3,15 @@
 //   launch --nproc_per_node=2 --log_dir ./mylog train_mnist        two CPU workers
 //   launch --selected_gpus=0,1,2,3 --log_dir ./mylog train_mnist   one worker per GPU
 //   train_mnist                                                    standalone: a world of one
+//   launch --server_num=2 --worker_num=2 train_mnist [--async]     through parameter servers
 //
 // It is the single-device program plus the course's four changes, marked "Change N" below. Each
 // rank prints `epoch: E, batch: B, loss is: [L]` every --log_interval batches, the test accuracy
 // after each epoch and one JSON summary line at the end (stdout); diagnostics go to stderr.
+//
+// In a parameter-server job (worker/ps/) the same program is both roles: a server (TRAINING_ROLE=
+// PSERVER) builds the same net from the same seed, keeps its shard and runs the optimizer; a
+// trainer pushes its gradients and gets the new parameters back instead of all-reducing.
 //
 // Checkpoints: rank 0 writes <save>.pt atomically after every epoch (and every --save_every steps
 // when set); --resume, or a restart by the launcher (DDL_RESTART_COUNT > 0) finding one, continues
@@ -36,6 +41,9 @@
 #include "examples/mnist/mnist_net.h"
 #include "logging/log.h"
 #include "worker/runtime/fault.h"
+#include "worker/ps/parameter_client.h"
+#include "worker/ps/parameter_server.h"
+#include "worker/ps/sharding.h"
 #include "worker/runtime/parallel.h"
 
 #ifndef DDL_MNIST_DEFAULT_DATA
@@ -69,6 +77,8 @@ struct Options {
   std::int64_t max_steps = 0;  // global optimizer steps; 0: no limit
   std::string data;            // IDX folder or mnist.json.gz; empty: the fetched data folder
   int threads = 0;             // 0: LibTorch's default (follows OMP_NUM_THREADS)
+  std::string mode = "auto";   // auto | collective | ps
+  bool async = false;          // parameter servers apply each trainer's gradients on arrival
   std::optional<std::string> log_level;
 };
 
@@ -92,6 +102,8 @@ std::optional<Options> parse_options(int argc, char** argv) {
       ("max_steps", "stop after this many optimizer steps in all (0: no limit)", cxxopts::value<std::int64_t>()->default_value("0"))
       ("data_dir", "folder with the MNIST IDX files (default: <repo>/data/mnist)", cxxopts::value<std::string>())
       ("data", "IDX folder or the course's mnist.json.gz", cxxopts::value<std::string>())
+      ("mode", "auto | collective | ps: how replicas stay in sync (auto: ps when the launcher started parameter servers)", cxxopts::value<std::string>()->default_value("auto"))
+      ("async", "parameter-server jobs: servers apply each trainer's gradients as they arrive (default: sync, every step averages all trainers')")
       ("threads", "intra-op threads (default: LibTorch's, which follows OMP_NUM_THREADS)", cxxopts::value<int>()->default_value("0"))
       ("log_level", "debug | info | warn | error (default: DDL_LOG_LEVEL, else info)", cxxopts::value<std::string>())
       ("h,help", "print this help");
@@ -121,6 +133,8 @@ std::optional<Options> parse_options(int argc, char** argv) {
   o.device = r["device"].as<std::string>();
   o.max_steps = r["max_steps"].as<std::int64_t>();
   o.threads = r["threads"].as<int>();
+  o.mode = r["mode"].as<std::string>();
+  o.async = r.count("async") > 0;
   if (r.count("log_level")) o.log_level = r["log_level"].as<std::string>();
   if (r.count("data") && r.count("data_dir"))
     throw UsageError("give --data or --data_dir, not both");
@@ -142,6 +156,8 @@ std::optional<Options> parse_options(int argc, char** argv) {
   require(o.optimizer == "sgd" || o.optimizer == "momentum" || o.optimizer == "adagrad" ||
               o.optimizer == "adam",
           "--optimizer must be sgd, momentum, adagrad or adam, got '" + o.optimizer + "'");
+  require(o.mode == "auto" || o.mode == "collective" || o.mode == "ps",
+          "--mode must be auto, collective or ps, got '" + o.mode + "'");
   require(!o.resume || !o.save.empty(), "--resume needs --save to name the checkpoint");
   return o;
 }
@@ -199,14 +215,276 @@ void keep_freed_memory() {
   mallopt(M_TRIM_THRESHOLD, 512 << 20);
 }
 
+// How the replicas of a job stay in sync: the course's collective path (DataParallel over the
+// communicator) or parameter servers (worker/ps/). The training loop below is the same for both.
+class Replicas {
+ public:
+  virtual ~Replicas() = default;
+  // "collective", "ps-sync" or "ps-async".
+  virtual std::string mode() const = 0;
+  // Change 4: backward, bring the gradients together, update the parameters.
+  virtual void step(const torch::Tensor& loss) = 0;
+  // Test-set accuracy as every rank reports it.
+  virtual mnist::Accuracy evaluate(MnistNet& model, const mnist::Dataset& test) = 0;
+  // A save point (every rank calls it): the rank(s) that keep the state write it.
+  virtual void save(const mnist::TrainingPosition& position) = 0;
+  // After the last step: every rank then holds the job's final parameters.
+  virtual void finish() {}
+  virtual void describe(nlohmann::json& summary) const { (void)summary; }
+};
+
+// The collective path: rank 0 writes <save>.pt; every rank restores it on resume and DataParallel
+// then broadcasts rank 0's parameters.
+class CollectiveReplicas : public Replicas {
+ public:
+  CollectiveReplicas(const Options& opt, const ParallelEnv& env, MnistNet& model,
+                     const torch::Device& device, const std::string& checkpoint, bool resume,
+                     mnist::TrainingPosition& position)
+      : env_(env), model_(model), checkpoint_(checkpoint) {
+    ContextOptions context_options;
+    context_options.backend = device.is_cuda() ? Backend::kAuto : Backend::kGloo;
+    ctx_ = prepare_context(env, context_options);
+    optimizer_ = mnist::make_optimizer(opt.optimizer, model->parameters(), opt.lr);
+    if (resume) {
+      position = mnist::load_checkpoint(checkpoint, *model, *optimizer_, device, position);
+      spdlog::info("resumed from {}: epoch {}, batch {}, step {} (written by a world of {})",
+                   checkpoint, position.epoch, position.batch, position.global_step,
+                   position.world_size);
+      position.world_size = env.world_size;
+    }
+    model->use_channels_last();  // a checkpoint may have brought its own layout back
+    dp_ = std::make_unique<DataParallel>(*model, *ctx_);
+  }
+
+  std::string mode() const override { return "collective"; }
+
+  void step(const torch::Tensor& loss) override {
+    // Change 4: scale the loss, all-reduce the gradients, then step as on one device.
+    dp_->scale_loss(loss).backward();
+    dp_->apply_collective_grads();
+    optimizer_->step();
+    optimizer_->zero_grad();
+  }
+
+  // Each rank scores its own contiguous share of the test set and the counts are summed over the
+  // ranks, so every rank reports the same figure.
+  mnist::Accuracy evaluate(MnistNet& model, const mnist::Dataset& test) override {
+    const std::int64_t n = test.size();
+    const std::int64_t begin = n * env_.rank / env_.world_size;
+    const std::int64_t end = n * (env_.rank + 1) / env_.world_size;
+    const mnist::Accuracy mine = mnist::evaluate(model, test.slice(begin, end - begin));
+    torch::Tensor counts =
+        torch::tensor({mine.correct, mine.total}, torch::kLong).to(ctx_->device);
+    ctx_->comm->all_reduce(counts, ReduceOp::kSum);
+    counts = counts.cpu();
+    return mnist::Accuracy{counts[0].item<std::int64_t>(), counts[1].item<std::int64_t>()};
+  }
+
+  void save(const mnist::TrainingPosition& position) override {
+    if (checkpoint_.empty() || env_.rank != 0) return;
+    mnist::save_checkpoint(checkpoint_, *model_, *optimizer_, position);
+  }
+
+ private:
+  const ParallelEnv& env_;
+  MnistNet& model_;
+  std::string checkpoint_;
+  std::unique_ptr<ParallelContext> ctx_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::unique_ptr<DataParallel> dp_;
+};
+
+ps::Deadlines ps_deadlines(const env::WorkerContract& c) {
+  ps::Deadlines d;
+  d.join = c.rendezvous_timeout;
+  return d;
+}
+
+std::string position_text(const mnist::TrainingPosition& p) {
+  return nlohmann::json{{"epoch", p.epoch}, {"batch", p.batch}, {"global_step", p.global_step}}
+      .dump();
+}
+
+// Through the parameter servers: the trainer holds no optimizer; the servers keep the parameters,
+// the optimizer state and (on save) where each trainer is, so a resumed trainer asks them.
+class PsReplicas : public Replicas {
+ public:
+  PsReplicas(const Options& opt, const ParallelEnv& env, MnistNet& model, bool save_enabled,
+             mnist::TrainingPosition& position)
+      : env_(env), mode_(opt.async ? ps::UpdateMode::kAsync : ps::UpdateMode::kSync),
+        save_enabled_(save_enabled), model_(model) {
+    const env::WorkerContract& c = *env.contract;
+    ps::ClientConfig config;
+    config.trainer_id = c.rank;
+    config.trainers = c.world_size;
+    config.servers = c.server_endpoints;
+    config.job_id = c.job_id;
+    config.secret = c.secret;
+    config.mode = mode_;
+    config.deadlines = ps_deadlines(c);
+    model->use_channels_last();
+    client_ = std::make_unique<ps::ParameterClient>(config, model->parameters());
+    const std::string saved = client_->saved_position();
+    if (!saved.empty()) {
+      const nlohmann::json p = nlohmann::json::parse(saved, nullptr, false);
+      if (!p.is_object() || !p.contains("epoch") || !p.contains("batch") ||
+          !p.contains("global_step")) {
+        throw ps::PsError("trainer " + std::to_string(c.rank) +
+                          ": the servers hold a saved position this program cannot read: " + saved);
+      }
+      position.epoch = p["epoch"].get<std::int64_t>();
+      position.batch = p["batch"].get<std::int64_t>();
+      position.global_step = p["global_step"].get<std::int64_t>();
+      resumed_ = true;
+      spdlog::info("resumed from the servers' shards: epoch {}, batch {}, step {}", position.epoch,
+                   position.batch, position.global_step);
+    }
+    spdlog::info("trainer {} of {}: {} parameter server(s), {} updates", c.rank, c.world_size,
+                 client_->servers(), ps::mode_name(mode_));
+  }
+
+  bool resumed() const { return resumed_; }
+  std::string mode() const override { return "ps-" + ps::mode_name(mode_); }
+
+  void step(const torch::Tensor& loss) override {
+    loss.backward();      // the servers average (sync) or apply (async) the raw gradients
+    client_->push_pull();
+    model_->zero_grad();
+  }
+
+  // Every trainer scores the whole test set with the parameters it holds (in sync mode these are
+  // the same on every trainer, so is the figure).
+  mnist::Accuracy evaluate(MnistNet& model, const mnist::Dataset& test) override {
+    return mnist::evaluate(model, test);
+  }
+
+  // Sync: the servers are at one step for every trainer, so trainer 0 saves for all. Async: each
+  // trainer saves its own position.
+  void save(const mnist::TrainingPosition& position) override {
+    if (!save_enabled_) return;
+    if (mode_ == ps::UpdateMode::kSync && env_.rank != 0) return;
+    client_->save(position_text(position));
+  }
+
+  void finish() override { client_->finish(); }
+
+  void describe(nlohmann::json& summary) const override {
+    const ps::ClientStats s = client_->stats();
+    summary["servers"] = client_->servers();
+    summary["server_version"] = s.version;
+    summary["staleness_mean"] = s.staleness_mean;
+    summary["staleness_max"] = s.staleness_max;
+    summary["seconds_in_push_pull"] = s.seconds_in_push_pull;
+  }
+
+ private:
+  const ParallelEnv& env_;
+  ps::UpdateMode mode_;
+  bool save_enabled_;
+  bool resumed_ = false;
+  MnistNet& model_;
+  std::unique_ptr<ps::ParameterClient> client_;
+};
+
+// True for a parameter-server job (the launcher gave this process a server list). Checks --mode
+// against the job.
+bool use_parameter_servers(const Options& opt, const ParallelEnv& env) {
+  const bool ps_job = env.contract && !env.contract->server_endpoints.empty();
+  if (opt.mode == "ps" && !ps_job) {
+    throw UsageError(std::string("--mode ps needs a parameter-server job (launch --server_num=S "
+                                 "--worker_num=W train_mnist ...): ") +
+                     env::kPserverEndpoints + " is not set");
+  }
+  if (opt.mode == "collective" && ps_job) {
+    throw UsageError(std::string("--mode collective in a parameter-server job (") +
+                     env::kPserverEndpoints + " is set); use --mode ps or auto");
+  }
+  if (opt.async && !ps_job) throw UsageError("--async applies to parameter-server jobs only");
+  return ps_job;
+}
+
+// A parameter server: the same net from the same seed, of which it keeps its shard.
+int serve(const Options& opt, const ParallelEnv& env) {
+  const env::WorkerContract& c = *env.contract;
+  const int index = c.rank;
+  const int servers = static_cast<int>(c.server_endpoints.size());
+  torch::manual_seed(opt.seed);
+  MnistNet model;
+  const std::vector<torch::Tensor> params = model->parameters();
+  std::vector<std::int64_t> sizes;
+  for (const torch::Tensor& p : params) sizes.push_back(p.numel());
+  std::vector<torch::Tensor> shard;
+  for (int i : ps::shard_of(ps::assign_shards(sizes, servers), index)) {
+    shard.push_back(params[static_cast<std::size_t>(i)]);
+  }
+
+  ps::ServerConfig config;
+  config.index = index;
+  config.servers = servers;
+  config.trainers = c.world_size;
+  config.endpoint = c.current;
+  config.job_id = c.job_id;
+  config.secret = c.secret;
+  config.mode = opt.async ? ps::UpdateMode::kAsync : ps::UpdateMode::kSync;
+  config.deadlines = ps_deadlines(c);
+  const std::string checkpoint =
+      opt.save.empty() ? "" : opt.save + ".server" + std::to_string(index) + ".pt";
+  std::error_code ec;
+  const bool resume =
+      !checkpoint.empty() && (opt.resume || (c.restart_count > 0 && fs::exists(checkpoint, ec)));
+  if (!checkpoint.empty()) {
+    config.save = [checkpoint](torch::serialize::OutputArchive& state) {
+      mnist::write_archive(checkpoint, state);
+    };
+  }
+  if (resume) {
+    config.load = [checkpoint](torch::serialize::InputArchive& state) {
+      mnist::read_archive(checkpoint, state);
+      return true;
+    };
+  }
+  ps::ParameterServer server(config, shard, [&](std::vector<torch::Tensor> p) {
+    return mnist::make_optimizer(opt.optimizer, std::move(p), opt.lr);
+  });
+  std::int64_t elements = 0;
+  for (const torch::Tensor& t : shard) elements += t.numel();
+  spdlog::info("server {} of {} on {}: {} of {} tensors ({} elements), {} trainer(s), {} updates, "
+               "optimizer {} lr {}",
+               index, servers, c.current.str(), shard.size(), params.size(), elements,
+               c.world_size, ps::mode_name(config.mode), opt.optimizer, opt.lr);
+  const ps::ServerReport report = server.run();
+  double sum = 0.0;
+  for (const torch::Tensor& t : server.parameters()) sum += t.sum().item<double>();
+  const nlohmann::json summary = {
+      {"role", "server"},
+      {"server", index},
+      {"servers", servers},
+      {"trainers", c.world_size},
+      {"mode", "ps-" + ps::mode_name(config.mode)},
+      {"updates", report.updates},
+      {"pushes", report.pushes},
+      {"staleness_mean", report.staleness_mean},
+      {"staleness_max", report.staleness_max},
+      {"shard_tensors", shard.size()},
+      {"shard_sum", sum},
+      {"resumed", report.resumed},
+  };
+  print_line(summary.dump());
+  return kOk;
+}
+
 int train(const Options& opt) {
   // Change 1: this process's place in the job, and its device, come from the environment.
   const ParallelEnv env = ParallelEnv::from_process();
   const env::EnvMap vars = env::current_environment();
   const auto level = opt.log_level ? opt.log_level : env::log_level(vars);
-  logging::init(logging::rank_role(env.rank), logging::parse_level(level.value_or("info")));
-  const torch::Device device = choose_device(opt.device, env);
+  const bool server = env.contract && env.contract->role == env::Role::kServer;
+  logging::init(server ? "server " + std::to_string(env.rank) : logging::rank_role(env.rank),
+                logging::parse_level(level.value_or("info")));
+  const bool through_servers = use_parameter_servers(opt, env);
   if (opt.threads > 0) torch::set_num_threads(opt.threads);
+  if (server) return serve(opt, env);
+  const torch::Device device = choose_device(opt.device, env);
   if (device.is_cpu()) keep_freed_memory();
   torch::manual_seed(opt.seed);
 
@@ -218,31 +496,25 @@ int train(const Options& opt) {
   const mnist::Dataset test_set = data.test.to(device);
   data = {};
 
-  // Change 2: prepare the parallel context and wrap the model.
-  ContextOptions context_options;
-  context_options.backend = device.is_cuda() ? Backend::kAuto : Backend::kGloo;
-  auto ctx = prepare_context(env, context_options);
+  // Change 2: join the job (the collective, or the parameter servers) and wrap the model.
   MnistNet model;
   model->to(device);
-  auto optimizer = mnist::make_optimizer(opt.optimizer, model->parameters(), opt.lr);
-
   const std::string checkpoint = opt.save.empty() ? "" : opt.save + ".pt";
   const int restart_count = env.contract ? env.contract->restart_count : 0;
-  std::error_code ec;
-  const bool resume =
-      opt.resume || (restart_count > 0 && !checkpoint.empty() && fs::exists(checkpoint, ec));
   mnist::TrainingPosition position{0, 0, 0, opt.optimizer, opt.seed, env.world_size};
-  if (resume) {
-    // Every rank loads the checkpoint (its optimizer state is per rank); DataParallel's
-    // construction below then broadcasts rank 0's parameters, so the replicas agree exactly.
-    position = mnist::load_checkpoint(checkpoint, *model, *optimizer, device, position);
-    spdlog::info("resumed from {}: epoch {}, batch {}, step {} (written by a world of {})",
-                 checkpoint, position.epoch, position.batch, position.global_step,
-                 position.world_size);
-    position.world_size = env.world_size;
+  std::unique_ptr<Replicas> replicas;
+  bool resumed = false;
+  if (through_servers) {
+    auto ps = std::make_unique<PsReplicas>(opt, env, model, !opt.save.empty(), position);
+    resumed = ps->resumed();
+    replicas = std::move(ps);
+  } else {
+    std::error_code ec;
+    resumed =
+        opt.resume || (restart_count > 0 && !checkpoint.empty() && fs::exists(checkpoint, ec));
+    replicas = std::make_unique<CollectiveReplicas>(opt, env, model, device, checkpoint, resumed,
+                                                    position);
   }
-  model->use_channels_last();  // a checkpoint may have brought its own layout back
-  DataParallel dp(*model, *ctx);
   model->train();
   const FaultInjector faults(vars, env.rank, restart_count);
 
@@ -250,38 +522,24 @@ int train(const Options& opt) {
   const DistributedBatchSampler sampler(train_set.size(), opt.batch_size, env.rank, env.world_size,
                                         opt.seed);
   spdlog::info(
-      "rank {} of {} on {}, {} threads; {}: {} train / {} test images; {} batches of {} "
+      "rank {} of {} on {}, {} threads, {}; {}: {} train / {} test images; {} batches of {} "
       "per epoch on each rank; optimizer {} lr {}",
-      env.rank, env.world_size, device.str(), torch::get_num_threads(), data_path, train_set.size(),
-      test_set.size(), sampler.batches_per_epoch(), opt.batch_size, opt.optimizer, opt.lr);
+      env.rank, env.world_size, device.str(), torch::get_num_threads(), replicas->mode(),
+      data_path, train_set.size(), test_set.size(), sampler.batches_per_epoch(), opt.batch_size,
+      opt.optimizer, opt.lr);
 
   auto save = [&](std::int64_t epoch, std::int64_t next_batch) {
-    if (checkpoint.empty() || env.rank != 0) return;
+    if (checkpoint.empty()) return;
     if (next_batch == sampler.batches_per_epoch()) {
       ++epoch;
       next_batch = 0;
     }
     position.epoch = epoch;
     position.batch = next_batch;
-    mnist::save_checkpoint(checkpoint, *model, *optimizer, position);
-    spdlog::debug("saved {} at epoch {}, batch {}, step {}", checkpoint, epoch, next_batch,
-                  position.global_step);
+    replicas->save(position);
+    spdlog::debug("saved at epoch {}, batch {}, step {}", epoch, next_batch, position.global_step);
   };
   auto out_of_steps = [&] { return opt.max_steps > 0 && position.global_step >= opt.max_steps; };
-
-  // Test-set accuracy, computed data-parallel too: each rank scores its own contiguous share of
-  // the test set and the counts are summed over the ranks, so every rank reports the same figure.
-  auto evaluate_all = [&] {
-    const std::int64_t n = test_set.size();
-    const std::int64_t begin = n * env.rank / env.world_size;
-    const std::int64_t end = n * (env.rank + 1) / env.world_size;
-    const mnist::Accuracy mine = mnist::evaluate(model, test_set.slice(begin, end - begin));
-    torch::Tensor counts =
-        torch::tensor({mine.correct, mine.total}, torch::kLong).to(ctx->device);
-    ctx->comm->all_reduce(counts, ReduceOp::kSum);
-    counts = counts.cpu();
-    return mnist::Accuracy{counts[0].item<std::int64_t>(), counts[1].item<std::int64_t>()};
-  };
 
   std::int64_t steps = 0;
   double train_seconds = 0.0;
@@ -299,12 +557,7 @@ int train(const Options& opt) {
       const torch::Tensor images = train_set.images.index_select(0, index);
       const torch::Tensor labels = train_set.labels.index_select(0, index);
       const torch::Tensor loss = mnist::cross_entropy(model->forward(images), labels);
-
-      // Change 4: scale the loss, all-reduce the gradients, then step as on one device.
-      dp.scale_loss(loss).backward();
-      dp.apply_collective_grads();
-      optimizer->step();
-      optimizer->zero_grad();
+      replicas->step(loss);
       ++steps;
       ++position.global_step;
       last_loss = loss.detach();
@@ -327,14 +580,17 @@ int train(const Options& opt) {
     train_seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
 
-    accuracy = evaluate_all();
+    accuracy = replicas->evaluate(model, test_set);
     evaluated_last = true;
     print_line("epoch: " + std::to_string(epoch) +
                ", test accuracy: " + format_accuracy(accuracy.ratio()) + " (" +
                std::to_string(accuracy.correct) + "/" + std::to_string(accuracy.total) + ")");
     save(epoch, batch_id);
   }
-  if (!evaluated_last) accuracy = evaluate_all();  // nothing left to train
+  replicas->finish();
+  // Parameter servers: the final parameters may be newer than the last epoch's (async), so the
+  // figure is taken again; collective: nothing changed since.
+  if (!evaluated_last || through_servers) accuracy = replicas->evaluate(model, test_set);
 
   const mnist::ParamChecksum checksum = mnist::param_checksum(*model);
   const double images = static_cast<double>(steps * opt.batch_size);
@@ -342,6 +598,7 @@ int train(const Options& opt) {
   nlohmann::json summary = {
       {"rank", env.rank},
       {"world", env.world_size},
+      {"mode", replicas->mode()},
       {"epochs", opt.epochs},
       {"steps", steps},
       {"global_step", position.global_step},
@@ -355,8 +612,9 @@ int train(const Options& opt) {
       {"first_loss", first_loss ? nlohmann::json(*first_loss) : nlohmann::json()},
       {"optimizer", opt.optimizer},
       {"device", device.str()},
-      {"resumed", resume},
+      {"resumed", resumed},
   };
+  replicas->describe(summary);
   print_line(summary.dump());
   return kOk;
 }
@@ -396,6 +654,8 @@ int main(int argc, char** argv) {
     return fail(kParallel, std::string("rendezvous store: ") + e.what());
   } catch (const CommError& e) {
     return fail(kParallel, std::string("collective: ") + e.what());
+  } catch (const ps::PsError& e) {
+    return fail(kParallel, std::string("parameter server: ") + e.what());
   } catch (const c10::Error& e) {
     return fail(kFailed, e.what_without_backtrace());
   } catch (const std::exception& e) {
