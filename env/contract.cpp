@@ -187,6 +187,10 @@ EnvMap to_env(const WorkerContract& c) {
     set_server_endpoints(env, c.server_endpoints);
   }
   if (c.gpu) env[kSelectedGpus] = std::to_string(*c.gpu);
+  if (server) {
+    env[kServerPort] = std::to_string(c.current.port);
+    env[kPodIp] = c.current.host;
+  }
   if (!server) {
     env[kRank] = std::to_string(c.rank);
     env[kLocalRank] = std::to_string(c.local_rank);
@@ -242,6 +246,20 @@ std::optional<WorkerContract> from_env(const EnvMap& env) {
                quote(join_endpoints(c.server_endpoints)));
     }
     c.rank = static_cast<int>(it - c.server_endpoints.begin());
+    if (const auto port = lookup(env, kServerPort)) {
+      if (*port != std::to_string(c.current.port)) {
+        fail(kServerPort, *port,
+             "a server's port must be the one of " + std::string(kCurrentEndpoint) + "=" +
+                 quote(*cur));
+      }
+    }
+    if (const auto host = lookup(env, kPodIp)) {
+      if (*host != c.current.host) {
+        fail(kPodIp, *host,
+             "a server's host must be the one of " + std::string(kCurrentEndpoint) + "=" +
+                 quote(*cur));
+      }
+    }
   } else {
     c.rank = parse_non_negative_int(*id, kTrainerId);
     if (c.rank >= c.world_size) {

@@ -28,6 +28,10 @@ inline constexpr const char* kSelectedGpus = "FLAGS_selected_gpus";          // 
 // a job that has servers (Paddle's collective launch sets neither; its ps launch sets both).
 inline constexpr const char* kTrainingRole = "TRAINING_ROLE";                // TRAINER | PSERVER
 inline constexpr const char* kPserverEndpoints = "PADDLE_PSERVERS_IP_PORT_LIST";  // all servers
+// A server's own address, split as Paddle's parameter-server launcher gives it: written for a
+// server only, always equal to the two halves of its PADDLE_CURRENT_ENDPOINT.
+inline constexpr const char* kServerPort = "PADDLE_PORT";  // this server's port
+inline constexpr const char* kPodIp = "POD_IP";            // this server's host
 // torchrun's contract, so PyTorch-style programs run unchanged.
 inline constexpr const char* kRank = "RANK";
 inline constexpr const char* kLocalRank = "LOCAL_RANK";
@@ -131,7 +135,8 @@ struct WorkerContract {
 // The variables that carry `c`: Paddle's, torchrun's and ours. Validates first. TRAINING_ROLE and
 // PADDLE_PSERVERS_IP_PORT_LIST are written only when the job has servers (`server_endpoints` not
 // empty), so a collective job's environment is exactly Paddle's collective one. A server gets no
-// PADDLE_TRAINER_ID and no torchrun variables.
+// PADDLE_TRAINER_ID and no torchrun variables, and it alone gets PADDLE_PORT and POD_IP (its own
+// port and host).
 EnvMap to_env(const WorkerContract& c);
 
 // Reads a contract back from `env`.
@@ -139,7 +144,9 @@ EnvMap to_env(const WorkerContract& c);
 // - A partial or inconsistent contract: throws EnvError naming the variable and its value.
 // Paddle's variables are the contract; torchrun's are written for other programs, not read.
 // TRAINING_ROLE unset means a trainer. A server's index is its PADDLE_CURRENT_ENDPOINT's position
-// in PADDLE_PSERVERS_IP_PORT_LIST (as Paddle's role maker finds it).
+// in PADDLE_PSERVERS_IP_PORT_LIST (as Paddle's role maker finds it). A server's PADDLE_PORT and
+// POD_IP are optional; when set, each must agree with PADDLE_CURRENT_ENDPOINT (else EnvError
+// quoting both). A trainer ignores them (Kubernetes, for one, sets POD_IP for every process).
 std::optional<WorkerContract> from_env(const EnvMap& env);
 
 // The typed pieces on their own, for programs that read or set one of them:

@@ -11,13 +11,19 @@
 //   --steps N          after READY, run N "training steps" (one line "rank R step S" each)
 //   --step_ms N        ... sleeping N ms before each step
 //   --start_file PATH  ... once PATH exists (checked every 10 ms for at most 60 s, else exit 3)
+//   --fail_server I    only server I exits with --exit_code, at once (the others exit 0)
+//   --server_sleep_ms N  servers sleep N ms instead of --sleep_ms (e.g. servers that outlive
+//                      the trainers)
 //   -- ARGS...         print each of ARGS as "ARG <arg>"
 // The steps honour DDL_FAULT (env/contract.h) through the project's FaultInjector
 // (worker/runtime/fault.h): the rank it names logs "fault injection: rank R ..." and exits, aborts
 // or hangs on reaching its step (hello_worker counts steps from 0), in the start of the job it
 // names (DDL_RESTART_COUNT), before printing it.
 // Started as a parameter server (TRAINING_ROLE=PSERVER) it introduces itself as "server I" and
-// prints "server I step S ..." lines; DDL_FAULT and --fail_rank concern trainers only.
+// prints "server I step S ..." lines; DDL_FAULT and --fail_rank concern trainers only. Every
+// process prints the role the contract gives it in one line:
+//   "ROLE TRAINER id 1 of 2 trainers, servers 127.0.0.1:7000,127.0.0.1:7001"
+//   "ROLE PSERVER index 0 of 2 servers, servers ..., 2 trainers"     ("servers none": collective)
 #include <signal.h>
 #include <unistd.h>
 
@@ -40,6 +46,8 @@ struct HelloOptions {
   int sleep_ms = 0;
   int exit_code = 0;
   std::optional<int> fail_rank;
+  std::optional<int> fail_server;
+  std::optional<int> server_sleep_ms;
   int kill_self = 0;
   bool spawn_child = false;
   bool ignore_sigterm = false;
@@ -87,6 +95,10 @@ HelloOptions parse(int argc, char** argv) {
       o.exit_code = parse_int(a, value());
     else if (a == "--fail_rank")
       o.fail_rank = parse_int(a, value());
+    else if (a == "--fail_server")
+      o.fail_server = parse_int(a, value());
+    else if (a == "--server_sleep_ms")
+      o.server_sleep_ms = parse_int(a, value());
     else if (a == "--kill_self")
       o.kill_self = parse_int(a, value());
     else if (a == "--spawn_child")
@@ -171,12 +183,24 @@ int main(int argc, char** argv) {
   } else {
     say("hello from a world of one (no worker contract in the environment)");
   }
+  if (contract) {
+    const auto& servers = contract->server_endpoints;
+    const std::string list = servers.empty() ? "none" : ddl::env::join_endpoints(servers);
+    if (trainer) {
+      say("ROLE " + ddl::env::role_value(contract->role) + " id " + std::to_string(rank) + " of " +
+          std::to_string(contract->world_size) + " trainers, servers " + list);
+    } else {
+      say("ROLE " + ddl::env::role_value(contract->role) + " index " + std::to_string(rank) +
+          " of " + std::to_string(servers.size()) + " servers, servers " + list + ", " +
+          std::to_string(contract->world_size) + " trainers");
+    }
+  }
   using namespace ddl::env;
   for (const char* name :
        {kTrainerId, kTrainersNum, kCurrentEndpoint, kTrainerEndpoints, kSelectedGpus, kRank,
         kLocalRank, kWorldSize, kLocalWorldSize, kMasterAddr, kMasterPort, kOmpNumThreads, kJobId,
         kRendezvousTimeoutMs, kRestartCount, kLogLevel, kFault, kTrainingRole,
-        kPserverEndpoints}) {
+        kPserverEndpoints, kServerPort, kPodIp}) {
     say(std::string("ENV ") + name + "=" + lookup(env, name).value_or("<unset>"));
   }
   for (const std::string& name : o.show_env) {
@@ -223,9 +247,11 @@ int main(int argc, char** argv) {
     say(me + " step " + std::to_string(step) + " restart " + std::to_string(restart_count));
   }
 
-  const bool failing_rank = o.fail_rank && trainer && *o.fail_rank == rank;
-  if (failing_rank) finish(o);
-  if (o.sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.sleep_ms));
-  if (o.fail_rank) return 0;
+  const bool failing = (o.fail_rank && trainer && *o.fail_rank == rank) ||
+                       (o.fail_server && !trainer && *o.fail_server == rank);
+  if (failing) finish(o);
+  const int sleep_ms = !trainer && o.server_sleep_ms ? *o.server_sleep_ms : o.sleep_ms;
+  if (sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
+  if (o.fail_rank || o.fail_server) return 0;
   finish(o);
 }

@@ -1,12 +1,198 @@
 #include "launcher/cluster/plan.h"
 
+#include <algorithm>
 #include <random>
 #include <set>
 #include <sstream>
 
 namespace ddl::launcher {
+namespace {
+
+std::string join_hosts(const std::vector<env::Endpoint>& a, const std::vector<env::Endpoint>& b) {
+  std::vector<std::string> hosts;
+  for (const auto* list : {&a, &b}) {
+    for (const env::Endpoint& e : *list) {
+      if (std::find(hosts.begin(), hosts.end(), e.host) == hosts.end()) hosts.push_back(e.host);
+    }
+  }
+  std::string out;
+  for (const std::string& h : hosts) out += (out.empty() ? "" : ",") + h;
+  return out;
+}
+
+// The variables of one planned process: its contract's, then the plan's additions.
+WorkerSpec make_spec(env::WorkerContract c, const LaunchOptions& options, const PlanInputs& inputs,
+                     const ClusterPlan& plan) {
+  c.job_id = inputs.generation.job_id(inputs.job_id);
+  c.secret = inputs.job_secret;
+  c.restart_count = inputs.generation.index();
+  if (options.rendezvous_timeout) c.rendezvous_timeout = *options.rendezvous_timeout;
+  WorkerSpec w;
+  w.env = env::to_env(c);
+  w.contract = std::move(c);
+  if (plan.omp_threads_defaulted) {
+    w.env[env::kOmpNumThreads] = std::to_string(*plan.omp_threads_defaulted);
+  }
+  if (options.log_level_name) w.env[env::kLogLevel] = *options.log_level_name;
+  return w;
+}
+
+// A parameter-server job (see plan.h): every server and trainer endpoint, and which of them
+// this node starts.
+ClusterPlan make_ps_plan(const LaunchOptions& options, const PlanInputs& inputs) {
+  const int servers = options.server_num;
+  const int trainers = options.worker_num;
+  if (servers < 1 || trainers < 1) {
+    throw PlanError("a parameter-server job needs at least one server and one trainer, got " +
+                    std::to_string(servers) + " server(s) and " + std::to_string(trainers) +
+                    " trainer(s)");
+  }
+  ClusterPlan plan;
+  std::vector<int> local_servers;   // server indices this node starts
+  std::vector<int> local_trainers;  // trainer ids this node starts
+  if (options.explicit_endpoints()) {
+    plan.server_endpoints = options.servers;
+    plan.endpoints = options.workers;
+    for (int i = 0; i < static_cast<int>(options.servers.size()); ++i) {
+      if (options.servers[i].host == options.node_ip) local_servers.push_back(i);
+    }
+    for (int i = 0; i < static_cast<int>(options.workers.size()); ++i) {
+      if (options.workers[i].host == options.node_ip) local_trainers.push_back(i);
+    }
+    if (local_servers.empty() && local_trainers.empty()) {
+      throw PlanError("--node_ip='" + options.node_ip +
+                      "' is the host of no entry of --servers or --workers (their hosts: " +
+                      join_hosts(options.servers, options.workers) +
+                      "), so this node would start nothing; run launch with --node_ip set to "
+                      "one of them");
+    }
+  } else {
+    const int per_node = servers + trainers;
+    int nodes = static_cast<int>(options.cluster_node_ips.size());
+    int node = options.node_index();
+    std::vector<env::Endpoint> all;  // node-major blocks: S servers, then W trainers
+    if (inputs.cluster_endpoints) {
+      all = *inputs.cluster_endpoints;
+      if (all.empty() || all.size() % static_cast<std::size_t>(per_node) != 0) {
+        throw PlanError("the nodes published " + std::to_string(all.size()) +
+                        " endpoints, not a multiple of " + std::to_string(servers) +
+                        " servers + " + std::to_string(trainers) + " trainers per node");
+      }
+      nodes = static_cast<int>(all.size()) / per_node;
+      node = inputs.node_rank;
+      if (node < 0 || node >= nodes) {
+        throw PlanError("node rank " + std::to_string(node) + " is not below the " +
+                        std::to_string(nodes) + " nodes of the job");
+      }
+    } else {
+      if (node >= nodes) {
+        throw PlanError("--node_ip='" + options.node_ip + "' is not one of --cluster_node_ips");
+      }
+      std::vector<std::uint16_t> local_ports;
+      if (options.started_port) {
+        if (*options.started_port < 1 || *options.started_port + per_node - 1 > 65535) {
+          throw PlanError("--started_port=" + std::to_string(*options.started_port) + " with " +
+                          std::to_string(per_node) +
+                          " servers and trainers per node leaves the port range 1..65535");
+        }
+      } else {
+        if (nodes > 1) {
+          throw PlanError("--cluster_node_ips lists " + std::to_string(nodes) +
+                          " nodes but --started_port is not set: nodes cannot learn each "
+                          "other's free ports, so give every node the same --started_port");
+        }
+        if (!inputs.pick_ports) throw PlanError("no --started_port and no way to pick free ports");
+        local_ports = inputs.pick_ports(options.node_ip, per_node);
+        std::set<std::uint16_t> unique(local_ports.begin(), local_ports.end());
+        if (static_cast<int>(local_ports.size()) != per_node ||
+            static_cast<int>(unique.size()) != per_node || unique.count(0) > 0) {
+          throw PlanError("the port picker returned " + std::to_string(local_ports.size()) +
+                          " ports (" + std::to_string(unique.size()) +
+                          " distinct, non-zero) for " + std::to_string(servers) + " servers and " +
+                          std::to_string(trainers) + " trainers on " + options.node_ip);
+        }
+      }
+      for (int k = 0; k < nodes; ++k) {
+        for (int i = 0; i < per_node; ++i) {
+          const std::uint16_t port = options.started_port
+                                         ? static_cast<std::uint16_t>(*options.started_port + i)
+                                         : local_ports[i];
+          all.push_back(env::Endpoint{options.cluster_node_ips[k], port});
+        }
+      }
+    }
+    for (int k = 0; k < nodes; ++k) {
+      const auto block = all.begin() + static_cast<std::ptrdiff_t>(k) * per_node;
+      plan.server_endpoints.insert(plan.server_endpoints.end(), block, block + servers);
+      plan.endpoints.insert(plan.endpoints.end(), block + servers, block + per_node);
+    }
+    for (int i = 0; i < servers; ++i) local_servers.push_back(node * servers + i);
+    for (int i = 0; i < trainers; ++i) local_trainers.push_back(node * trainers + i);
+  }
+  plan.world_size = static_cast<int>(plan.endpoints.size());
+  if (!options.selected_gpus.empty() &&
+      options.selected_gpus.size() != local_trainers.size()) {
+    throw PlanError("--selected_gpus lists " + std::to_string(options.selected_gpus.size()) +
+                    " GPU(s) but this node (" + options.node_ip + ") starts " +
+                    std::to_string(local_trainers.size()) + " trainer(s): one GPU per trainer");
+  }
+
+  const int local_processes = static_cast<int>(local_servers.size() + local_trainers.size());
+  if (!env::lookup(inputs.caller_env, env::kOmpNumThreads)) {
+    plan.omp_threads_defaulted = env::default_omp_threads(inputs.cores, local_processes);
+  }
+  for (std::size_t j = 0; j < local_servers.size(); ++j) {
+    env::WorkerContract c;
+    c.role = env::Role::kServer;
+    c.rank = local_servers[j];
+    c.world_size = plan.world_size;
+    c.endpoints = plan.endpoints;
+    c.server_endpoints = plan.server_endpoints;
+    c.current = plan.server_endpoints[c.rank];
+    c.local_rank = static_cast<int>(j);
+    c.local_world_size = static_cast<int>(local_servers.size());
+    plan.local.push_back(make_spec(std::move(c), options, inputs, plan));
+  }
+  for (std::size_t j = 0; j < local_trainers.size(); ++j) {
+    env::WorkerContract c;
+    c.role = env::Role::kTrainer;
+    c.rank = local_trainers[j];
+    c.world_size = plan.world_size;
+    c.endpoints = plan.endpoints;
+    c.server_endpoints = plan.server_endpoints;
+    c.current = plan.endpoints[c.rank];
+    c.local_rank = static_cast<int>(j);
+    c.local_world_size = static_cast<int>(local_trainers.size());
+    if (!options.selected_gpus.empty()) c.gpu = options.selected_gpus[j];
+    plan.local.push_back(make_spec(std::move(c), options, inputs, plan));
+  }
+  return plan;
+}
+
+}  // namespace
+
+int local_endpoint_count(const LaunchOptions& options) {
+  return options.ps_job() ? options.server_num + options.worker_num : options.nproc_per_node;
+}
+
+std::vector<env::Endpoint> local_endpoints(const LaunchOptions& options, const std::string& host,
+                                           const std::vector<std::uint16_t>& free_ports) {
+  const int count = local_endpoint_count(options);
+  if (!options.started_port && static_cast<int>(free_ports.size()) != count) {
+    throw PlanError("this node needs " + std::to_string(count) + " free ports on " + host +
+                    ", got " + std::to_string(free_ports.size()));
+  }
+  std::vector<env::Endpoint> local;
+  for (int i = 0; i < count; ++i) {
+    local.push_back(env::Endpoint{
+        host, options.started_port ? static_cast<std::uint16_t>(*options.started_port + i)
+                                   : free_ports[i]});
+  }
+  return local;
+}
 
 ClusterPlan make_plan(const LaunchOptions& options, const PlanInputs& inputs) {
+  if (options.ps_job()) return make_ps_plan(options, inputs);
   const int per_node = options.nproc_per_node;
   if (per_node < 1)
     throw PlanError("--nproc_per_node must be >= 1, got " + std::to_string(per_node));
@@ -118,8 +304,13 @@ std::string random_hex(std::size_t bytes) {
 std::string describe_plan(const ClusterPlan& plan) {
   std::ostringstream os;
   for (const WorkerSpec& w : plan.local) {
-    os << "----------- rank " << w.contract.rank << " (local rank " << w.contract.local_rank
-       << ") environment -----------\n";
+    if (w.contract.role == env::Role::kServer) {
+      os << "----------- server " << w.contract.rank << " (local server " << w.contract.local_rank
+         << ") environment -----------\n";
+    } else {
+      os << "----------- rank " << w.contract.rank << " (local rank " << w.contract.local_rank
+         << ") environment -----------\n";
+    }
     for (const auto& [name, value] : w.env) {
       os << name << "=" << (name == env::kJobSecret ? std::string("<hidden>") : value) << "\n";
     }

@@ -11,6 +11,14 @@
 //   the node list from them, whatever the options say;
 // - each local worker gets the env::WorkerContract variables, plus OMP_NUM_THREADS when the
 //   caller has not set it, plus DDL_LOG_LEVEL when --log_level was given.
+// A parameter-server job (options.ps_job()) plans servers and trainers (`local`: this node's
+// servers first, then its trainers; a server's contract.rank is its server index):
+// - with --server_num=S --worker_num=W every node runs S servers and W trainers; node k owns
+//   servers k*S..k*S+S-1 and trainers k*W..k*W+W-1. Its ports: --started_port P gives the servers
+//   P..P+S-1 and the trainers P+S..P+S+W-1; without it one node asks the picker for S+W ports,
+//   and a multi-node job passes every node's S+W endpoints (servers first) as cluster_endpoints;
+// - with --servers/--workers this node runs exactly the entries whose host is --node_ip, with
+//   the indices of their positions in the lists (PlanError when there is none).
 #pragma once
 
 #include <cstdint>
@@ -43,7 +51,8 @@ struct PlanInputs {
   std::string job_id;
   std::string job_secret;  // DDL_JOB_SECRET for every worker
   Generation generation;   // DDL_RESTART_COUNT: its index
-  // Multi-node: every rank's endpoint in rank order (nnodes * nproc_per_node of them), as agreed
+  // Multi-node: every rank's endpoint in rank order (nnodes * nproc_per_node of them; in a
+  // parameter-server job each node's S server endpoints then its W trainer endpoints), as agreed
   // through the control store, and this node's index. Unset: the plan comes from the options.
   std::optional<std::vector<env::Endpoint>> cluster_endpoints;
   int node_rank = 0;
@@ -56,9 +65,11 @@ struct WorkerSpec {
 };
 
 struct ClusterPlan {
-  int world_size = 1;
-  std::vector<env::Endpoint> endpoints;  // all ranks, rank order
-  std::vector<WorkerSpec> local;         // this node's workers, local rank order
+  int world_size = 1;                    // trainers in the job
+  std::vector<env::Endpoint> endpoints;  // all trainers, rank order
+  std::vector<env::Endpoint> server_endpoints;  // all servers, index order; empty: collective
+  std::vector<WorkerSpec> local;  // this node's processes: servers (index order), then trainers
+                                  // (local rank order)
   // OMP_NUM_THREADS the plan sets, when the caller had not set it (to be reported once).
   std::optional<int> omp_threads_defaulted;
 };
@@ -72,7 +83,15 @@ env::EnvMap merge_env(env::EnvMap env, const env::EnvMap& overrides);
 // `bytes` random bytes from std::random_device as lowercase hex (job ids and secrets).
 std::string random_hex(std::size_t bytes);
 
-// Each local worker's variables for --print_config; the job secret is masked.
+// The endpoints this node publishes to the other nodes of a multi-node job, given its address
+// and (without --started_port) `free_ports`: nproc_per_node trainers, or in a parameter-server
+// job server_num servers then worker_num trainers. The number of ports it needs is
+// local_endpoint_count(options).
+int local_endpoint_count(const LaunchOptions& options);
+std::vector<env::Endpoint> local_endpoints(const LaunchOptions& options, const std::string& host,
+                                           const std::vector<std::uint16_t>& free_ports);
+
+// Each local process's variables for --print_config; the job secret is masked.
 std::string describe_plan(const ClusterPlan& plan);
 
 }  // namespace ddl::launcher

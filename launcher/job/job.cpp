@@ -8,6 +8,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "launcher/cluster/generation.h"
@@ -35,7 +36,7 @@ std::optional<std::string> non_empty(const env::EnvMap& env, const char* name) {
 JobDescription describe_job(const LaunchOptions& options, const NodeTopology& topology) {
   std::string hosts;
   for (const auto& h : topology.hosts) hosts += (hosts.empty() ? "" : ",") + h;
-  return {
+  JobDescription description = {
       {"nnodes", std::to_string(topology.nnodes)},
       {"node list", hosts.empty() ? std::string("(each node publishes its own)") : hosts},
       {"nproc_per_node", std::to_string(options.nproc_per_node)},
@@ -43,6 +44,30 @@ JobDescription describe_job(const LaunchOptions& options, const NodeTopology& to
       {"worker program", std::filesystem::path(options.worker).filename().string()},
       {"control store", topology.control.str()},
   };
+  // Only a parameter-server job has servers to agree on; a collective job's description is as
+  // it always was.
+  if (options.ps_job()) description.push_back({"server_num", std::to_string(options.server_num)});
+  return description;
+}
+
+// With --servers/--workers every node runs its own launch, with no control store between them:
+// when the lists span several hosts, their processes can only find each other with one job id
+// and secret given to every node.
+void check_explicit_identity(const LaunchOptions& options,
+                             const std::optional<std::string>& caller_job_id,
+                             const std::optional<std::string>& caller_secret) {
+  if (!options.explicit_endpoints()) return;
+  std::set<std::string> hosts;
+  for (const auto* list : {&options.servers, &options.workers}) {
+    for (const env::Endpoint& e : *list) hosts.insert(e.host);
+  }
+  if (hosts.size() < 2 || (caller_job_id && caller_secret)) return;
+  std::string missing;
+  if (!caller_job_id) missing = env::kJobId;
+  if (!caller_secret) missing += (missing.empty() ? "" : " and ") + std::string(env::kJobSecret);
+  throw PlanError("--servers/--workers span " + std::to_string(hosts.size()) +
+                  " hosts, each running its own launch: set the same " + env::kJobId + " and " +
+                  env::kJobSecret + " on every one of them (not set here: " + missing + ")");
 }
 
 // Joins the other nodes through node 0's control store; fills the job id and the endpoints.
@@ -80,16 +105,11 @@ std::unique_ptr<ControlChannel> form_multi_node_job(const LaunchOptions& options
         topology.local_host
             ? *topology.local_host
             : net::route_address_towards(topology.control.host, topology.control.port);
-    std::vector<env::Endpoint> local;
     const std::vector<std::uint16_t> ports =
         options.started_port
             ? std::vector<std::uint16_t>{}
-            : net::pick_free_ports(net::resolve_ipv4(host), options.nproc_per_node);
-    for (int i = 0; i < options.nproc_per_node; ++i) {
-      local.push_back(env::Endpoint{
-          host,
-          options.started_port ? static_cast<std::uint16_t>(*options.started_port + i) : ports[i]});
-    }
+            : net::pick_free_ports(net::resolve_ipv4(host), local_endpoint_count(options));
+    const std::vector<env::Endpoint> local = local_endpoints(options, host, ports);
     agreement = control->rendezvous(describe_job(options, topology), local, job_id);
   } catch (const std::exception&) {
     control->abandon();
@@ -98,8 +118,14 @@ std::unique_ptr<ControlChannel> form_multi_node_job(const LaunchOptions& options
   job_id = agreement.job_id;
   inputs.cluster_endpoints = agreement.endpoints;
   inputs.node_rank = topology.node_rank;
-  spdlog::info("node {}: all {} node(s) agree; world size {}", topology.node_rank, topology.nnodes,
-               agreement.endpoints.size());
+  if (options.ps_job()) {
+    spdlog::info("node {}: all {} node(s) agree; {} server(s), {} trainer(s)", topology.node_rank,
+                 topology.nnodes, options.server_num * topology.nnodes,
+                 options.worker_num * topology.nnodes);
+  } else {
+    spdlog::info("node {}: all {} node(s) agree; world size {}", topology.node_rank,
+                 topology.nnodes, agreement.endpoints.size());
+  }
   return control;
 }
 
@@ -132,6 +158,7 @@ int run_job(const LaunchOptions& options, const JobContext& context) {
   // launchers to that store, so it cannot travel through it).
   const std::optional<std::string> caller_job_id = non_empty(caller_env, env::kJobId);
   const std::optional<std::string> caller_secret = non_empty(caller_env, env::kJobSecret);
+  check_explicit_identity(options, caller_job_id, caller_secret);
   std::string job_id = caller_job_id.value_or(random_hex(kJobIdBytes));
   inputs.job_secret = caller_secret.value_or(random_hex(kJobSecretBytes));
 
@@ -194,6 +221,7 @@ int run_job(const LaunchOptions& options, const JobContext& context) {
   sup.kill_timeout = options.kill_timeout;
   sup.restart_policy = RestartPolicy(options.max_restarts);
   sup.hang_timeout = options.hang_timeout;
+  sup.server_grace = options.server_grace_or_default();
   spdlog::debug("job {}: world size {}", job_id, plan.world_size);
   if (!control) return supervise(generations, sup).exit_code;
 

@@ -26,7 +26,8 @@ const std::set<std::string>& value_flags() {
       "selected_gpus", "gpus",         "nproc_per_node", "log_dir",      "cluster_node_ips",  "ips",
       "node_ip",       "started_port", "log_level",      "kill_timeout", "rendezvous_timeout",
       "max_restarts",  "hang_timeout", "nnodes",         "node_rank",    "master_addr",
-      "master_port"};
+      "master_port",   "server_num",   "worker_num",     "servers",      "workers",
+      "server_grace"};
   return flags;
 }
 
@@ -131,6 +132,25 @@ std::vector<std::string> parse_ips(const std::string& flag, const std::string& v
   return ips;
 }
 
+// --servers / --workers: host:port entries, each host a valid address, no entry twice.
+std::vector<env::Endpoint> parse_ps_endpoints(const std::string& flag, const std::string& value) {
+  std::vector<env::Endpoint> endpoints;
+  try {
+    endpoints = env::parse_endpoint_list(value, "--" + flag);
+  } catch (const env::EnvError&) {
+    bad_value(flag, value, "expected a comma-separated list of ip:port (port 1..65535)");
+  }
+  for (std::size_t i = 0; i < endpoints.size(); ++i) {
+    check_ip(flag, value, endpoints[i].host);
+    for (std::size_t j = 0; j < i; ++j) {
+      if (endpoints[j] == endpoints[i]) {
+        bad_value(flag, value, "endpoint '" + endpoints[i].str() + "' is listed twice");
+      }
+    }
+  }
+  return endpoints;
+}
+
 // The launcher's part of argv, and WORKER with its arguments.
 struct SplitArgs {
   std::vector<std::string> launcher;  // without argv[0]
@@ -211,7 +231,24 @@ cxxopts::Options make_cxxopts() {
            text(), "N")("hang_timeout",
                         "fail the job when no rank has printed anything for S seconds "
                         "(default 0: off); exit code 124",
-                        text(), "S")("h,help", "print this help")("version", "print the version");
+                        text(), "S")(
+      "server_num",
+      "parameter-server job: S servers per node (trainers: --worker_num); Paddle's launch_ps",
+      text(), "S")("worker_num",
+                   "parameter-server job: W trainers per node (default: --nproc_per_node, else "
+                   "1); needs --server_num or --servers",
+                   text(), "W")(
+      "servers",
+      "parameter-server job: every server's endpoint; this node starts those on --node_ip "
+      "(with --workers)",
+      text(), "ip:port,...")("workers",
+                             "parameter-server job: every trainer's endpoint; this node starts "
+                             "those on --node_ip (with --servers)",
+                             text(), "ip:port,...")(
+      "server_grace",
+      "parameter-server job: once this node's trainers all exited 0, seconds its servers may take "
+      "to exit before they are stopped (default: --kill_timeout)",
+      text(), "S")("h,help", "print this help")("version", "print the version");
   return o;
 }
 
@@ -302,6 +339,30 @@ LaunchOptions parse_options(int argc, const char* const argv[]) {
     o.nproc_per_node = nproc.value_or(1);
   }
 
+  // Parameter-server flags; resolved against the node flags below.
+  std::optional<int> server_num;
+  std::optional<int> worker_num;
+  if (r.count("server_num")) {
+    server_num = parse_int_flag("server_num", r["server_num"].as<std::string>(), 1,
+                                kMaxProcessesPerRole);
+  }
+  if (r.count("worker_num")) {
+    worker_num = parse_int_flag("worker_num", r["worker_num"].as<std::string>(), 1,
+                                kMaxProcessesPerRole);
+  }
+  if (r.count("servers")) o.servers = parse_ps_endpoints("servers", r["servers"].as<std::string>());
+  if (r.count("workers")) o.workers = parse_ps_endpoints("workers", r["workers"].as<std::string>());
+  const bool ps_job = server_num || !o.servers.empty();
+  const bool explicit_endpoints = !o.servers.empty() || !o.workers.empty();
+  if (!ps_job) {
+    for (const char* flag : {"worker_num", "workers", "server_grace"}) {
+      if (r.count(flag)) {
+        bad_value(flag, r[flag].as<std::string>(),
+                  "a parameter-server job needs --server_num or --servers");
+      }
+    }
+  }
+
   if (r.count("log_dir")) {
     std::string dir = r["log_dir"].as<std::string>();
     if (dir.empty()) bad_value("log_dir", dir, "expected a directory");
@@ -350,6 +411,8 @@ LaunchOptions parse_options(int argc, const char* const argv[]) {
     // --node_ip is this node's own address here, not a member of a list.
     if (!o.node_ip_given) o.node_ip = kDefaultNodeIp;
     o.cluster_node_ips = {o.node_ip};
+  } else if (explicit_endpoints) {
+    // --servers/--workers name every process's host: this node is --node_ip, whatever it is.
   } else if (std::find(o.cluster_node_ips.begin(), o.cluster_node_ips.end(), o.node_ip) ==
       o.cluster_node_ips.end()) {
     std::string list;
@@ -357,13 +420,82 @@ LaunchOptions parse_options(int argc, const char* const argv[]) {
     throw OptionsError("--node_ip='" + o.node_ip + "' is not in --cluster_node_ips='" + list + "'");
   }
 
+  if (ps_job) {
+    const std::string nproc_text = nproc ? std::to_string(*nproc) : std::string();
+    if (explicit_endpoints) {
+      const auto list = [&](const char* flag) { return r[flag].as<std::string>(); };
+      if (o.workers.empty()) bad_value("servers", list("servers"), "needs --workers as well");
+      if (o.servers.empty()) bad_value("workers", list("workers"), "needs --servers as well");
+      const int s_count = static_cast<int>(o.servers.size());
+      const int w_count = static_cast<int>(o.workers.size());
+      if (server_num && *server_num != s_count) {
+        throw OptionsError("--server_num=" + std::to_string(*server_num) + " does not match the " +
+                           std::to_string(s_count) + " endpoint(s) of --servers='" +
+                           list("servers") + "'");
+      }
+      if (worker_num && *worker_num != w_count) {
+        throw OptionsError("--worker_num=" + std::to_string(*worker_num) + " does not match the " +
+                           std::to_string(w_count) + " endpoint(s) of --workers='" +
+                           list("workers") + "'");
+      }
+      for (const env::Endpoint& e : o.workers) {
+        if (std::find(o.servers.begin(), o.servers.end(), e) != o.servers.end()) {
+          bad_value("workers", list("workers"),
+                    "endpoint '" + e.str() + "' is also in --servers");
+        }
+      }
+      if (torchrun_spelling || o.cluster_node_ips_given) {
+        throw OptionsError(
+            "--servers/--workers name every process's host; they cannot be combined with "
+            "--cluster_node_ips or --nnodes/--node_rank/--master_addr (give --node_ip only)");
+      }
+      if (r.count("started_port")) {
+        bad_value("started_port", r["started_port"].as<std::string>(),
+                  "--servers/--workers give every port already");
+      }
+      o.server_num = s_count;
+      o.worker_num = w_count;
+      o.cluster_node_ips = {o.node_ip};
+    } else {
+      o.server_num = *server_num;
+      o.worker_num = worker_num.value_or(o.nproc_per_node);
+    }
+    const std::string w_source =
+        explicit_endpoints ? " (the entries of --workers)" : " trainers per node";
+    if (nproc && *nproc != o.worker_num) {
+      throw OptionsError("--nproc_per_node=" + nproc_text + " does not match --worker_num=" +
+                         std::to_string(o.worker_num) + w_source +
+                         ": a parameter-server job starts --worker_num trainers, --nproc_per_node "
+                         "is not used");
+    }
+    if (!o.selected_gpus.empty() && !explicit_endpoints &&
+        static_cast<int>(o.selected_gpus.size()) != o.worker_num) {
+      const auto g = one_of("selected_gpus", "gpus");
+      throw OptionsError("--" + g->first + "='" + g->second + "' gives " +
+                         std::to_string(o.selected_gpus.size()) + " GPU(s) for --worker_num=" +
+                         std::to_string(o.worker_num) + " trainers per node (one GPU per trainer)");
+    }
+    if (explicit_endpoints) {
+      o.nproc_per_node = static_cast<int>(std::count_if(
+          o.workers.begin(), o.workers.end(),
+          [&](const env::Endpoint& e) { return e.host == o.node_ip; }));
+    } else {
+      o.nproc_per_node = o.worker_num;
+    }
+  }
+
   if (r.count("started_port")) {
     const std::string v = r["started_port"].as<std::string>();
     o.started_port = parse_int_flag("started_port", v, 1, 65535);
-    if (*o.started_port + o.nproc_per_node - 1 > 65535) {
+    // Per node: the workers of a collective job; a parameter-server job's servers, then trainers.
+    const int per_node = ps_job ? o.server_num + o.worker_num : o.nproc_per_node;
+    const std::string what = ps_job ? std::to_string(o.server_num) + " servers and " +
+                                          std::to_string(o.worker_num) + " trainers"
+                                    : std::to_string(o.nproc_per_node) + " workers";
+    if (*o.started_port + per_node - 1 > 65535) {
       bad_value("started_port", v,
-                std::to_string(o.nproc_per_node) + " workers need ports up to " +
-                    std::to_string(*o.started_port + o.nproc_per_node - 1) + " > 65535");
+                what + " need ports up to " + std::to_string(*o.started_port + per_node - 1) +
+                    " > 65535");
     }
   }
 
@@ -387,6 +519,10 @@ LaunchOptions parse_options(int argc, const char* const argv[]) {
   if (r.count("rendezvous_timeout")) {
     o.rendezvous_timeout =
         parse_seconds("rendezvous_timeout", r["rendezvous_timeout"].as<std::string>(), false);
+  }
+
+  if (r.count("server_grace")) {
+    o.server_grace = parse_seconds("server_grace", r["server_grace"].as<std::string>(), true);
   }
 
   if (r.count("max_restarts")) {
@@ -436,6 +572,12 @@ std::string describe_options(const LaunchOptions& o) {
   os << "rendezvous_timeout: "
      << seconds(o.rendezvous_timeout.value_or(env::kDefaultRendezvousTimeout)) << "\n";
   os << "selected_gpus: " << (o.selected_gpus.empty() ? "None" : join(o.selected_gpus)) << "\n";
+  // A parameter-server job's flags; a collective job's block stays as it always was.
+  if (o.ps_job()) {
+    os << "server_grace: " << seconds(o.server_grace_or_default()) << "\n";
+    os << "server_num: " << o.server_num << "\n";
+    os << "servers: " << (o.servers.empty() ? "None" : env::join_endpoints(o.servers)) << "\n";
+  }
   os << "started_port: " << (o.started_port ? std::to_string(*o.started_port) : "None") << "\n";
   os << "training_script: " << o.worker << "\n";
   os << "training_script_args: [";
@@ -443,6 +585,10 @@ std::string describe_options(const LaunchOptions& o) {
     os << (i ? ", " : "") << "'" << o.worker_args[i] << "'";
   }
   os << "]\n";
+  if (o.ps_job()) {
+    os << "worker_num: " << o.worker_num << "\n";
+    os << "workers: " << (o.workers.empty() ? "None" : env::join_endpoints(o.workers)) << "\n";
+  }
   os << "------------------------------------------------\n";
   return os.str();
 }

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "env/contract.h"
+
 namespace ddl::launcher {
 
 // A bad command line: the message names the flag and quotes the bad value. `launch` prints it as
@@ -28,6 +30,7 @@ inline constexpr std::chrono::milliseconds kDefaultKillTimeout{10'000};
 inline constexpr int kDefaultControlPort = 29500;  // multi-node, without --master_port/--started_port
 inline constexpr int kMaxNodes = 65'536;               // --nnodes accepts 1..kMaxNodes
 inline constexpr int kMaxRestartsLimit = 1000;  // --max_restarts accepts 0..kMaxRestartsLimit
+inline constexpr int kMaxProcessesPerRole = 4096;  // --server_num / --worker_num accept 1..this
 
 struct LaunchOptions {
   std::vector<int> selected_gpus;      // --selected_gpus / --gpus; empty: no GPUs selected
@@ -60,6 +63,18 @@ struct LaunchOptions {
   std::optional<std::chrono::milliseconds> rendezvous_timeout;   // --rendezvous_timeout (seconds)
   int max_restarts = 0;  // --max_restarts: restarts of the local group after a failure
   std::chrono::milliseconds hang_timeout{0};  // --hang_timeout (seconds); 0: no hang guard
+  // A parameter-server job (Paddle's launch_ps flags): server_num > 0. Either counts per node
+  // (--server_num=S, --worker_num=W: every node starts S servers and W trainers) or explicit
+  // endpoints (--servers, --workers: this node starts the entries whose host is --node_ip).
+  // nproc_per_node is then W (or, with explicit lists, the number of --workers entries) and
+  // cluster_node_ips is {node_ip} with explicit lists.
+  int server_num = 0;  // --server_num, or the length of --servers; 0: a collective job
+  int worker_num = 0;  // --worker_num, or the length of --workers (default: --nproc_per_node)
+  std::vector<env::Endpoint> servers;  // --servers; empty: counts, not explicit endpoints
+  std::vector<env::Endpoint> workers;  // --workers; given exactly when `servers` is
+  // --server_grace (seconds): once every trainer of this node has exited 0, how long servers
+  // still running may take to exit by themselves before they are stopped. Default: kill_timeout.
+  std::optional<std::chrono::milliseconds> server_grace;
   bool help = false;     // --help / -h: print help_text() and exit 0 (WORKER not required)
   bool version = false;  // --version: print the version and exit 0 (WORKER not required)
 
@@ -71,6 +86,14 @@ struct LaunchOptions {
   // True when any node flag was given (--cluster_node_ips, --node_ip, --nnodes, --node_rank,
   // --master_addr): Slurm's environment is then ignored.
   bool node_flags_given() const;
+  // True for a parameter-server job (--server_num or --servers).
+  bool ps_job() const { return server_num > 0; }
+  // True when --servers/--workers name the endpoints.
+  bool explicit_endpoints() const { return !servers.empty(); }
+  // The grace of servers after the trainers: --server_grace, else kill_timeout.
+  std::chrono::milliseconds server_grace_or_default() const {
+    return server_grace.value_or(kill_timeout);
+  }
 };
 
 // True for an IPv4 address or a host name (letters, digits, '-', '.'; labels of 1..63 characters;

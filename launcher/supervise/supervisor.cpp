@@ -118,6 +118,7 @@ class Supervisor {
         signals_(io_, SIGCHLD, SIGINT, SIGTERM),
         drain_timer_(io_),
         hang_timer_(io_),
+        grace_timer_(io_),
         stop_(io_, options.kill_timeout),
         console_(STDOUT_FILENO) {
     signals_.add(SIGHUP);
@@ -196,6 +197,9 @@ class Supervisor {
     state_ = JobState::kRunning;
     first_failure_ = nullptr;
     hang_message_.clear();
+    grace_timer_.cancel();
+    server_grace_begun_ = false;
+    servers_stopped_ = 0;
     if (!launches.empty()) {
       spdlog::info("{}starting {} worker(s) {}: {}",
                    generation_.first()
@@ -356,7 +360,46 @@ class Supervisor {
 
   void begin_stop(int signo) {
     hang_timer_.cancel();
+    grace_timer_.cancel();
     stop_.begin(signo);
+  }
+
+  static bool exited_zero(const Worker& w) {
+    return w.started && !w.running && WIFEXITED(w.status) && WEXITSTATUS(w.status) == 0;
+  }
+
+  // Servers after the trainers (see supervisor.h): once every trainer exited 0, the servers still
+  // running have server_grace to follow; then they are stopped and the generation succeeds.
+  void maybe_begin_server_grace() {
+    if (server_grace_begun_ || stop_.begun()) return;
+    int trainers = 0;
+    int servers_running = 0;
+    for (const auto& w : workers_) {
+      if (w->role == env::Role::kTrainer) {
+        if (!exited_zero(*w)) return;
+        ++trainers;
+      } else {
+        servers_running += w->running;
+      }
+    }
+    if (trainers == 0 || servers_running == 0) return;
+    server_grace_begun_ = true;
+    hang_timer_.cancel();  // the grace bounds the wait from here on
+    spdlog::debug("all {} trainer(s) exited with code 0; {} server(s) have {} s to exit", trainers,
+                  servers_running, seconds_text(options_.server_grace));
+    const Generation generation = generation_;
+    grace_timer_.expires_after(options_.server_grace);
+    grace_timer_.async_wait([this, generation, trainers](const boost::system::error_code& ec) {
+      if (ec || generation != generation_ || stop_.begun()) return;
+      servers_stopped_ = live_workers();
+      if (servers_stopped_ == 0) return;
+      spdlog::info(
+          "all {} trainer(s) exited with code 0 and {} server(s) are still running {} s later "
+          "(--server_grace): stopping them (SIGTERM, SIGKILL after {} s); the job succeeds",
+          trainers, servers_stopped_, seconds_text(options_.server_grace),
+          seconds_text(options_.kill_timeout));
+      stop_.begin(SIGTERM);
+    });
   }
 
   void reap() {
@@ -388,6 +431,7 @@ class Supervisor {
         begin_stop(SIGTERM);
       }
     }
+    maybe_begin_server_grace();
   }
 
   // The hang guard: wakes up when the newest output of any running process is hang_timeout old.
@@ -396,7 +440,7 @@ class Supervisor {
     const Generation generation = generation_;
     hang_timer_.expires_at(when);
     hang_timer_.async_wait([this, generation](const boost::system::error_code& ec) {
-      if (ec || generation != generation_ || stop_.begun()) return;
+      if (ec || generation != generation_ || stop_.begun() || server_grace_begun_) return;
       check_hang();
     });
   }
@@ -470,6 +514,7 @@ class Supervisor {
     if (!all_reaped_) {
       all_reaped_ = true;
       hang_timer_.cancel();
+      grace_timer_.cancel();
       stop_.finish();  // what is left in a process's group does not outlive the generation
       const Generation generation = generation_;
       drain_timer_.expires_after(kDrainTimeout);
@@ -597,6 +642,7 @@ class Supervisor {
     const RestartDecision d = options_.restart_policy.decide(end);
     JobOutcome out;
     out.restarts = generation_.index();
+    out.servers_stopped = servers_stopped_;
     out.state = state_;
     out.exit_code = d.restart() ? 1 : d.exit_code;  // a restart still due cannot be carried out
     out.interrupt_signal = interrupt_;
@@ -630,6 +676,10 @@ class Supervisor {
                                    : interrupt_
                                        ? "the launcher was stopped by " + signal_name(*interrupt_)
                                        : spawn_error_});
+    } else if (servers_stopped_ > 0) {
+      spdlog::info("job succeeded{}: every trainer exited with code 0; {} server(s) were stopped "
+                   "after them",
+                   after, servers_stopped_);
     } else {
       spdlog::info("all {} worker(s) exited with code 0{}", workers_.size(), after);
     }
@@ -642,6 +692,7 @@ class Supervisor {
   asio::signal_set signals_;
   asio::steady_timer drain_timer_;
   asio::steady_timer hang_timer_;
+  asio::steady_timer grace_timer_;  // servers after the trainers
   GroupStop stop_;
   Console console_;
   std::vector<std::unique_ptr<Worker>> workers_;
@@ -660,6 +711,8 @@ class Supervisor {
   std::string spawn_error_;
   std::optional<std::pair<int, std::string>> external_;  // exit code and reason of a stop request
   bool failure_notified_ = false;
+  bool server_grace_begun_ = false;  // every trainer exited 0; the servers' grace runs
+  int servers_stopped_ = 0;          // servers stopped when the grace ran out
 };
 
 }  // namespace

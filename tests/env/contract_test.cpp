@@ -264,6 +264,8 @@ TEST(Role, CollectiveJobsCarryNoRoleVariables) {
   const EnvMap vars = to_env(two_rank_contract(1));
   EXPECT_EQ(vars.count(kTrainingRole), 0u);
   EXPECT_EQ(vars.count(kPserverEndpoints), 0u);
+  EXPECT_EQ(vars.count(kServerPort), 0u);
+  EXPECT_EQ(vars.count(kPodIp), 0u);
   EXPECT_EQ(from_env(vars)->role, Role::kTrainer);
   EXPECT_TRUE(from_env(vars)->server_endpoints.empty());
 }
@@ -275,6 +277,8 @@ TEST(Role, TrainerOfAServerJobKnowsTheServers) {
   EXPECT_EQ(vars.at(kTrainingRole), "TRAINER");
   EXPECT_EQ(vars.at(kPserverEndpoints), "127.0.0.2:8000,127.0.0.2:8001");
   EXPECT_EQ(vars.at(kTrainerId), "1");
+  EXPECT_EQ(vars.count(kServerPort), 0u) << "PADDLE_PORT is a server's";
+  EXPECT_EQ(vars.count(kPodIp), 0u) << "POD_IP is a server's";
   const auto back = from_env(vars);
   ASSERT_TRUE(back);
   EXPECT_EQ(back->role, Role::kTrainer);
@@ -289,6 +293,8 @@ TEST(Role, ServerWriteThenReadBack) {
   EXPECT_EQ(vars.at(kCurrentEndpoint), "127.0.0.2:8001");
   EXPECT_EQ(vars.at(kTrainersNum), "2");
   EXPECT_EQ(vars.at(kTrainerEndpoints), "127.0.0.1:6170,127.0.0.1:6171");
+  EXPECT_EQ(vars.at(kServerPort), "8001");
+  EXPECT_EQ(vars.at(kPodIp), "127.0.0.2");
   for (const char* trainer_only : {kTrainerId, kRank, kLocalRank, kWorldSize, kLocalWorldSize,
                                    kMasterAddr, kMasterPort}) {
     EXPECT_EQ(vars.count(trainer_only), 0u) << trainer_only << " is not written for a server";
@@ -335,6 +341,39 @@ TEST(Role, BadServerContractsAreClearErrors) {
               std::string::npos)
         << e.what();
   }
+}
+
+TEST(Role, ServerPortAndHostMustMatchItsEndpoint) {
+  const EnvMap good = to_env(server_contract(1));
+  EnvMap without = good;
+  without.erase(kServerPort);
+  without.erase(kPodIp);
+  ASSERT_TRUE(from_env(without)) << "PADDLE_PORT and POD_IP are optional when reading";
+  EXPECT_EQ(from_env(without)->rank, 1);
+
+  EnvMap other_port = good;
+  other_port[kServerPort] = "8000";
+  expect_env_error(other_port,
+                   "PADDLE_PORT='8000': a server's port must be the one of "
+                   "PADDLE_CURRENT_ENDPOINT='127.0.0.2:8001'");
+  EnvMap other_host = good;
+  other_host[kPodIp] = "10.1.1.1";
+  expect_env_error(other_host,
+                   "POD_IP='10.1.1.1': a server's host must be the one of "
+                   "PADDLE_CURRENT_ENDPOINT='127.0.0.2:8001'");
+}
+
+TEST(Role, TrainersIgnoreServerOnlyVariables) {
+  // A cluster manager may set POD_IP for every process; a trainer does not read it.
+  WorkerContract c = two_rank_contract(0);
+  c.server_endpoints = server_contract(0).server_endpoints;
+  EnvMap vars = to_env(c);
+  vars[kPodIp] = "10.9.9.9";
+  vars[kServerPort] = "1";
+  const auto back = from_env(vars);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->role, Role::kTrainer);
+  EXPECT_EQ(back->current, (Endpoint{"127.0.0.1", 6170}));
 }
 
 }  // namespace

@@ -78,10 +78,18 @@ class LaunchRun {
     return pids;
   }
 
-  // Every start of every rank, in order (several per rank after restarts).
-  std::vector<std::pair<int, pid_t>> starts() const {
+  // Server pids from "started server N as pid P", the latest start of each server.
+  std::map<int, pid_t> server_pids() const {
+    std::map<int, pid_t> pids;
+    for (const auto& [index, pid] : starts("server")) pids[index] = pid;
+    return pids;
+  }
+
+  // Every start of every rank (or, with role "server", every server), in order (several per
+  // process after restarts).
+  std::vector<std::pair<int, pid_t>> starts(const std::string& role = "rank") const {
     std::vector<std::pair<int, pid_t>> found;
-    static const std::regex started(R"(started rank (\d+) as pid (\d+))");
+    const std::regex started("started " + role + R"( (\d+) as pid (\d+))");
     const std::string text = err();
     for (std::sregex_iterator it(text.begin(), text.end(), started), end; it != end; ++it) {
       found.emplace_back(std::stoi((*it)[1]), std::stoi((*it)[2]));

@@ -104,6 +104,47 @@ TEST(MultiNode, TorchrunSpelling) {
   expect_four_ranks(logs0, logs1);
 }
 
+TEST(MultiNode, ParameterServerJobThroughTheControlStore) {
+  // torchrun's spelling, free ports: each node publishes 1 server + 2 trainer endpoints.
+  TempDir tmp0, tmp1;
+  const int port = free_loopback_port();
+  const fs::path logs0 = tmp0.path() / "logs", logs1 = tmp1.path() / "logs";
+  auto args = [&](int node, const fs::path& logs) {
+    return std::vector<std::string>{"--nnodes=2", "--node_rank=" + std::to_string(node),
+                                    "--master_addr=" + kNode0,
+                                    "--master_port=" + std::to_string(port),
+                                    "--node_ip=" + (node == 0 ? kNode0 : kNode1),
+                                    "--server_num=1", "--worker_num=2", "--log_dir", logs.string(),
+                                    "--log_level=debug", "--print_config=false",
+                                    "--rendezvous_timeout=20", "hello_worker"};
+  };
+  LaunchRun node1(tmp1, args(1, logs1), secret_env());
+  LaunchRun node0(tmp0, args(0, logs0), secret_env());
+  ASSERT_EQ(node0.wait(milliseconds(30'000)), 0) << node0.err();
+  ASSERT_EQ(node1.wait(milliseconds(30'000)), 0) << node1.err();
+  EXPECT_TRUE(contains(node1.err(), "all 2 node(s) agree; 2 server(s), 4 trainer(s)"))
+      << node1.err();
+  const std::string s1 = read_file(logs1 / "serverlog.1");
+  const auto servers = env_values(s1, ddl::env::kPserverEndpoints);
+  ASSERT_EQ(servers.size(), 1u) << s1;
+  const auto list = ddl::env::parse_endpoint_list(servers[0], "servers");
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0].host, kNode0);
+  EXPECT_EQ(list[1].host, kNode1);
+  EXPECT_TRUE(contains(s1, "ENV POD_IP=" + kNode1 + "\n")) << s1;
+  EXPECT_TRUE(contains(s1, "ENV PADDLE_TRAINERS_NUM=4\n")) << s1;
+  EXPECT_TRUE(fs::exists(logs0 / "serverlog.0"));
+  for (int r = 0; r < 4; ++r) {
+    const fs::path& mine = r < 2 ? logs0 : logs1;
+    const std::string log = worker_log(mine, r);
+    SCOPED_TRACE("workerlog." + std::to_string(r) + ":\n" + log);
+    EXPECT_TRUE(contains(log, "ROLE TRAINER id " + std::to_string(r) + " of 4 trainers, servers " +
+                                  servers[0] + "\n"));
+  }
+  expect_nothing_left(node0.worker_pids());
+  expect_nothing_left(node1.worker_pids());
+}
+
 TEST(MultiNode, SlurmAllocationNeedsNoNodeFlags) {
   TempDir tmp0, tmp1;
   const int port = free_loopback_port();

@@ -171,6 +171,111 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{{"-n", "2", "w"}, {"-n", "--help"}}, BadCase{{"--log_dir"}, {"--log_dir"}},
         BadCase{{"--nproc_per_node=2"}, {"WORKER"}}, BadCase{{}, {"WORKER"}}));
 
+TEST(Options, ParameterServerCounts) {
+  LaunchOptions o = parse({"--server_num=2", "--worker_num=3", "train"});
+  EXPECT_TRUE(o.ps_job());
+  EXPECT_FALSE(o.explicit_endpoints());
+  EXPECT_EQ(o.server_num, 2);
+  EXPECT_EQ(o.worker_num, 3);
+  EXPECT_EQ(o.nproc_per_node, 3) << "the trainers per node";
+  EXPECT_EQ(o.server_grace_or_default(), o.kill_timeout) << "the grace defaults to kill_timeout";
+
+  LaunchOptions by_nproc = parse({"--server_num=1", "--nproc_per_node=4", "train"});
+  EXPECT_EQ(by_nproc.worker_num, 4) << "without --worker_num, --nproc_per_node counts trainers";
+  EXPECT_EQ(parse({"--server_num=1", "train"}).worker_num, 1);
+  EXPECT_EQ(parse({"--server_num=1", "--worker_num=2", "--nproc_per_node=2", "w"}).worker_num, 2);
+  LaunchOptions gpus = parse({"--server_num=1", "--gpus=4,5", "train"});
+  EXPECT_EQ(gpus.worker_num, 2) << "one trainer per selected GPU";
+  EXPECT_EQ(gpus.selected_gpus, (std::vector<int>{4, 5}));
+  LaunchOptions graced = parse({"--server_num=1", "--server_grace=0.25", "--kill_timeout=3", "w"});
+  EXPECT_EQ(graced.server_grace_or_default(), std::chrono::milliseconds(250));
+  EXPECT_FALSE(parse({"train"}).ps_job()) << "a collective job by default";
+  EXPECT_EQ(parse({"train"}).server_num, 0);
+}
+
+TEST(Options, ParameterServerExplicitEndpoints) {
+  LaunchOptions o = parse({"--servers=10.0.0.1:7000,10.0.0.2:7000",
+                           "--workers=10.0.0.1:7100,10.0.0.2:7100,10.0.0.2:7101",
+                           "--node_ip=10.0.0.2", "train"});
+  EXPECT_TRUE(o.ps_job());
+  EXPECT_TRUE(o.explicit_endpoints());
+  EXPECT_EQ(o.server_num, 2);
+  EXPECT_EQ(o.worker_num, 3);
+  EXPECT_EQ(o.nproc_per_node, 2) << "the --workers entries on --node_ip";
+  EXPECT_EQ(o.cluster_node_ips, std::vector<std::string>{"10.0.0.2"})
+      << "--node_ip need not be in --cluster_node_ips";
+  EXPECT_EQ(o.servers[1], (env::Endpoint{"10.0.0.2", 7000}));
+  EXPECT_EQ(env::join_endpoints(o.workers), "10.0.0.1:7100,10.0.0.2:7100,10.0.0.2:7101");
+  // Explicit counts that agree are fine.
+  EXPECT_EQ(parse({"--servers=127.0.0.1:7000", "--workers=127.0.0.1:7001", "--server_num=1",
+                   "--worker_num=1", "w"})
+                .server_num,
+            1);
+}
+
+TEST(Options, DescribeShowsParameterServerFlagsOnlyForSuchJobs) {
+  const std::string ps = describe_options(
+      parse({"--servers=127.0.0.1:7000", "--workers=127.0.0.1:7001", "--server_grace=2", "w"}));
+  EXPECT_NE(ps.find("server_num: 1\n"), std::string::npos) << ps;
+  EXPECT_NE(ps.find("servers: 127.0.0.1:7000\n"), std::string::npos) << ps;
+  EXPECT_NE(ps.find("worker_num: 1\n"), std::string::npos) << ps;
+  EXPECT_NE(ps.find("workers: 127.0.0.1:7001\n"), std::string::npos) << ps;
+  EXPECT_NE(ps.find("server_grace: 2\n"), std::string::npos) << ps;
+  const std::string counts = describe_options(parse({"--server_num=2", "--worker_num=3", "w"}));
+  EXPECT_NE(counts.find("servers: None\n"), std::string::npos) << counts;
+  EXPECT_NE(counts.find("server_grace: 10\n"), std::string::npos) << counts;
+  const std::string collective = describe_options(parse({"w"}));
+  EXPECT_EQ(collective.find("server"), std::string::npos) << collective;
+  EXPECT_EQ(collective.find("worker_num"), std::string::npos) << collective;
+  for (const char* flag : {"--server_num", "--worker_num", "--servers", "--workers",
+                           "--server_grace"}) {
+    EXPECT_NE(help_text().find(flag), std::string::npos) << flag;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    ParameterServer, BadOptions,
+    ::testing::Values(
+        BadCase{{"--worker_num=2", "w"},
+                {"--worker_num", "'2'", "a parameter-server job needs --server_num or --servers"}},
+        BadCase{{"--workers=127.0.0.1:7000", "w"},
+                {"--workers", "127.0.0.1:7000", "needs --server_num or --servers"}},
+        BadCase{{"--server_grace=1", "w"}, {"--server_grace", "needs --server_num"}},
+        BadCase{{"--server_num=0", "w"}, {"--server_num", "'0'"}},
+        BadCase{{"--server_num=two", "w"}, {"--server_num", "two"}},
+        BadCase{{"--server_num=1", "--worker_num=0", "w"}, {"--worker_num", "'0'"}},
+        BadCase{{"--server_num=1", "--worker_num=2", "--nproc_per_node=3", "w"},
+                {"--nproc_per_node=3", "--worker_num=2", "not used"}},
+        BadCase{{"--server_num=1", "--worker_num=3", "--gpus=0,1", "w"},
+                {"--gpus='0,1'", "--worker_num=3", "one GPU per trainer"}},
+        BadCase{{"--server_num=1", "--server_grace=-1", "w"}, {"--server_grace", "-1"}},
+        BadCase{{"--servers=127.0.0.1", "--workers=127.0.0.1:7001", "w"},
+                {"--servers", "127.0.0.1"}},
+        BadCase{{"--servers=127.0.0.1:7000,127.0.0.1:7000", "--workers=127.0.0.1:7001", "w"},
+                {"--servers", "127.0.0.1:7000", "twice"}},
+        BadCase{{"--servers=bad_host!:7000", "--workers=127.0.0.1:7001", "w"},
+                {"--servers", "bad_host!"}},
+        BadCase{{"--servers=127.0.0.1:7000", "--workers=127.0.0.1:7000", "w"},
+                {"--workers", "127.0.0.1:7000", "also in --servers"}},
+        BadCase{{"--servers=127.0.0.1:7000", "w"}, {"--servers", "127.0.0.1:7000", "--workers"}},
+        BadCase{{"--server_num=1", "--workers=127.0.0.1:7001", "w"},
+                {"--workers", "127.0.0.1:7001", "--servers"}},
+        BadCase{{"--servers=127.0.0.1:7000", "--workers=127.0.0.1:7001", "--server_num=2", "w"},
+                {"--server_num=2", "1 endpoint(s) of --servers='127.0.0.1:7000'"}},
+        BadCase{{"--servers=127.0.0.1:7000", "--workers=127.0.0.1:7001", "--worker_num=3", "w"},
+                {"--worker_num=3", "--workers='127.0.0.1:7001'"}},
+        BadCase{{"--servers=127.0.0.1:7000", "--workers=127.0.0.1:7001", "--started_port=6000",
+                 "w"},
+                {"--started_port", "6000", "--servers/--workers"}},
+        BadCase{{"--servers=10.0.0.1:7000", "--workers=10.0.0.1:7001",
+                 "--cluster_node_ips=10.0.0.1", "--node_ip=10.0.0.1", "w"},
+                {"--servers/--workers", "--cluster_node_ips"}},
+        BadCase{{"--servers=10.0.0.1:7000", "--workers=10.0.0.1:7001", "--nnodes=2",
+                 "--master_addr=10.0.0.1", "w"},
+                {"--servers/--workers", "--nnodes"}},
+        BadCase{{"--server_num=3", "--worker_num=3", "--started_port=65531", "w"},
+                {"--started_port", "65531", "3 servers and 3 trainers"}}));
+
 TEST(Options, DescribeLooksLikePaddle) {
   LaunchOptions o = parse({"--gpus=0,1", "--log_dir=./mylog", "train", "--lr", "0.1"});
   const std::string text = describe_options(o);

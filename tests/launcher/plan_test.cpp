@@ -196,6 +196,205 @@ TEST(Plan, DescribeHidesTheSecret) {
   EXPECT_EQ(text.find("s3cret"), std::string::npos) << text;
 }
 
+// --- Parameter-server jobs ---------------------------------------------------------------------
+
+// The message of the PlanError `plan` throws, or "" when it plans.
+std::string plan_error(const LaunchOptions& options, const PlanInputs& in) {
+  try {
+    make_plan(options, in);
+  } catch (const PlanError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(PsPlan, OneNodeFreePortsServersFirst) {
+  FakePicker picker{{5001, 5002, 5003, 5004, 5005}};
+  const ClusterPlan plan =
+      make_plan(parse({"--server_num=2", "--worker_num=3", "w"}), inputs(picker, 10));
+  EXPECT_EQ(picker.calls, 1) << "one request for every port of the node";
+  EXPECT_EQ(env::join_endpoints(plan.server_endpoints), "127.0.0.1:5001,127.0.0.1:5002");
+  EXPECT_EQ(env::join_endpoints(plan.endpoints), "127.0.0.1:5003,127.0.0.1:5004,127.0.0.1:5005");
+  EXPECT_EQ(plan.world_size, 3) << "the trainers";
+  ASSERT_EQ(plan.local.size(), 5u);
+  ASSERT_TRUE(plan.omp_threads_defaulted);
+  EXPECT_EQ(*plan.omp_threads_defaulted, 2) << "10 cores over 5 local processes";
+  for (int i = 0; i < 2; ++i) {
+    const WorkerSpec& s = plan.local[i];
+    SCOPED_TRACE("server " + std::to_string(i));
+    EXPECT_EQ(s.contract.role, env::Role::kServer);
+    EXPECT_EQ(s.contract.rank, i);
+    EXPECT_EQ(s.contract.local_rank, i);
+    EXPECT_EQ(s.env.at("TRAINING_ROLE"), "PSERVER");
+    EXPECT_EQ(s.env.at("PADDLE_PSERVERS_IP_PORT_LIST"), "127.0.0.1:5001,127.0.0.1:5002");
+    EXPECT_EQ(s.env.at("PADDLE_CURRENT_ENDPOINT"), "127.0.0.1:" + std::to_string(5001 + i));
+    EXPECT_EQ(s.env.at("PADDLE_PORT"), std::to_string(5001 + i));
+    EXPECT_EQ(s.env.at("POD_IP"), "127.0.0.1");
+    EXPECT_EQ(s.env.at("PADDLE_TRAINERS_NUM"), "3");
+    EXPECT_EQ(s.env.count("PADDLE_TRAINER_ID"), 0u);
+    EXPECT_EQ(s.env.count("RANK"), 0u);
+    EXPECT_EQ(s.env.at("DDL_JOB_ID"), "job1-g0");
+    EXPECT_EQ(s.env.at("OMP_NUM_THREADS"), "2");
+    const auto back = env::from_env(s.env);
+    ASSERT_TRUE(back);
+    EXPECT_EQ(back->role, env::Role::kServer);
+    EXPECT_EQ(back->rank, i);
+  }
+  for (int i = 0; i < 3; ++i) {
+    const WorkerSpec& t = plan.local[2 + i];
+    SCOPED_TRACE("trainer " + std::to_string(i));
+    EXPECT_EQ(t.contract.role, env::Role::kTrainer);
+    EXPECT_EQ(t.contract.rank, i);
+    EXPECT_EQ(t.env.at("TRAINING_ROLE"), "TRAINER");
+    EXPECT_EQ(t.env.at("PADDLE_TRAINER_ID"), std::to_string(i));
+    EXPECT_EQ(t.env.at("PADDLE_TRAINERS_NUM"), "3");
+    EXPECT_EQ(t.env.at("LOCAL_WORLD_SIZE"), "3");
+    EXPECT_EQ(t.env.at("PADDLE_PSERVERS_IP_PORT_LIST"), "127.0.0.1:5001,127.0.0.1:5002");
+    EXPECT_EQ(t.env.at("PADDLE_CURRENT_ENDPOINT"), "127.0.0.1:" + std::to_string(5003 + i));
+    EXPECT_EQ(t.env.count("PADDLE_PORT"), 0u);
+    EXPECT_EQ(t.env.count("POD_IP"), 0u);
+    const auto back = env::from_env(t.env);
+    ASSERT_TRUE(back);
+    EXPECT_EQ(back->rank, i);
+    EXPECT_EQ(back->server_endpoints, plan.server_endpoints);
+  }
+  const std::string text = describe_plan(plan);
+  EXPECT_NE(text.find("----------- server 1 (local server 1) environment"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("----------- rank 2 (local rank 2) environment"), std::string::npos) << text;
+}
+
+TEST(PsPlan, StartedPortGivesServersThenTrainers) {
+  FakePicker picker{{1}};
+  const ClusterPlan plan = make_plan(
+      parse({"--server_num=2", "--worker_num=2", "--started_port=6170", "w"}), inputs(picker));
+  EXPECT_EQ(picker.calls, 0);
+  EXPECT_EQ(env::join_endpoints(plan.server_endpoints), "127.0.0.1:6170,127.0.0.1:6171");
+  EXPECT_EQ(env::join_endpoints(plan.endpoints), "127.0.0.1:6172,127.0.0.1:6173");
+}
+
+TEST(PsPlan, TrainersGetGpusServersDoNot) {
+  FakePicker picker{{5001, 5002, 5003}};
+  const ClusterPlan plan = make_plan(parse({"--server_num=1", "--gpus=4,6", "w"}), inputs(picker));
+  ASSERT_EQ(plan.local.size(), 3u);
+  EXPECT_EQ(plan.local[0].env.count("FLAGS_selected_gpus"), 0u) << "a server";
+  EXPECT_EQ(plan.local[1].env.at("FLAGS_selected_gpus"), "4");
+  EXPECT_EQ(plan.local[2].env.at("FLAGS_selected_gpus"), "6");
+}
+
+TEST(PsPlan, SeveralNodesEachRunSServersAndWTrainers) {
+  FakePicker picker{{1}};
+  auto on = [&](const std::string& ip) {
+    return make_plan(parse({"--ips=10.0.0.1,10.0.0.2", "--node_ip=" + ip, "--started_port=7000",
+                            "--server_num=2", "--worker_num=3", "w"}),
+                     inputs(picker));
+  };
+  const ClusterPlan second = on("10.0.0.2");
+  EXPECT_EQ(env::join_endpoints(second.server_endpoints),
+            "10.0.0.1:7000,10.0.0.1:7001,10.0.0.2:7000,10.0.0.2:7001");
+  EXPECT_EQ(env::join_endpoints(second.endpoints),
+            "10.0.0.1:7002,10.0.0.1:7003,10.0.0.1:7004,10.0.0.2:7002,10.0.0.2:7003,10.0.0.2:7004");
+  EXPECT_EQ(second.world_size, 6);
+  ASSERT_EQ(second.local.size(), 5u);
+  EXPECT_EQ(second.local[0].contract.rank, 2) << "global server index = node*S + i";
+  EXPECT_EQ(second.local[1].contract.rank, 3);
+  EXPECT_EQ(second.local[1].env.at("PADDLE_CURRENT_ENDPOINT"), "10.0.0.2:7001");
+  EXPECT_EQ(second.local[1].env.at("POD_IP"), "10.0.0.2");
+  EXPECT_EQ(second.local[2].env.at("PADDLE_TRAINER_ID"), "3") << "trainer id = node*W + i";
+  EXPECT_EQ(second.local[4].env.at("PADDLE_TRAINER_ID"), "5");
+  EXPECT_EQ(second.local[4].env.at("PADDLE_CURRENT_ENDPOINT"), "10.0.0.2:7004");
+  const ClusterPlan first = on("10.0.0.1");
+  EXPECT_EQ(first.server_endpoints, second.server_endpoints) << "every node sees the same lists";
+  EXPECT_EQ(first.endpoints, second.endpoints);
+  EXPECT_EQ(first.local[0].contract.rank, 0);
+
+  EXPECT_NE(plan_error(parse({"--ips=10.0.0.1,10.0.0.2", "--node_ip=10.0.0.1", "--server_num=1",
+                              "w"}),
+                       inputs(picker))
+                .find("--started_port"),
+            std::string::npos);
+}
+
+TEST(PsPlan, PublishedEndpointsAreSplitPerNode) {
+  // What the control store hands a multi-node job: each node's servers, then its trainers.
+  FakePicker picker{{1}};
+  PlanInputs in = inputs(picker);
+  in.cluster_endpoints = std::vector<env::Endpoint>{
+      {"10.0.0.1", 100}, {"10.0.0.1", 101}, {"10.0.0.1", 102},   // node 0: server, 2 trainers
+      {"10.0.0.2", 200}, {"10.0.0.2", 201}, {"10.0.0.2", 202}};  // node 1
+  in.node_rank = 1;
+  const LaunchOptions o = parse({"--nnodes=2", "--node_rank=1", "--master_addr=10.0.0.1",
+                                 "--server_num=1", "--worker_num=2", "w"});
+  const ClusterPlan plan = make_plan(o, in);
+  EXPECT_EQ(picker.calls, 0);
+  EXPECT_EQ(env::join_endpoints(plan.server_endpoints), "10.0.0.1:100,10.0.0.2:200");
+  EXPECT_EQ(env::join_endpoints(plan.endpoints),
+            "10.0.0.1:101,10.0.0.1:102,10.0.0.2:201,10.0.0.2:202");
+  ASSERT_EQ(plan.local.size(), 3u);
+  EXPECT_EQ(plan.local[0].contract.rank, 1);
+  EXPECT_EQ(plan.local[0].env.at("PADDLE_CURRENT_ENDPOINT"), "10.0.0.2:200");
+  EXPECT_EQ(plan.local[2].env.at("PADDLE_TRAINER_ID"), "3");
+  EXPECT_EQ(local_endpoint_count(o), 3);
+  EXPECT_EQ(env::join_endpoints(local_endpoints(o, "10.0.0.2", {7, 8, 9})),
+            "10.0.0.2:7,10.0.0.2:8,10.0.0.2:9");
+  EXPECT_THROW(local_endpoints(o, "10.0.0.2", {7, 8}), PlanError);
+
+  in.cluster_endpoints->pop_back();
+  EXPECT_NE(plan_error(o, in).find("not a multiple of 1 servers + 2 trainers"), std::string::npos);
+}
+
+TEST(PsPlan, ExplicitListsStartTheEntriesOnNodeIp) {
+  FakePicker picker{{1}};
+  const std::vector<std::string> lists = {"--servers=10.0.0.1:7000,10.0.0.2:7000,10.0.0.1:7001",
+                                          "--workers=10.0.0.2:7100,10.0.0.1:7100"};
+  auto on = [&](const std::string& ip, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = lists;
+    args.push_back("--node_ip=" + ip);
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.push_back("w");
+    return parse(args);
+  };
+  const ClusterPlan first = make_plan(on("10.0.0.1"), inputs(picker));
+  EXPECT_EQ(picker.calls, 0) << "the lists give every port";
+  ASSERT_EQ(first.local.size(), 3u);
+  EXPECT_EQ(first.local[0].contract.rank, 0);
+  EXPECT_EQ(first.local[1].contract.rank, 2) << "indices follow the list order";
+  EXPECT_EQ(first.local[1].contract.local_rank, 1);
+  EXPECT_EQ(first.local[1].env.at("PADDLE_PORT"), "7001");
+  EXPECT_EQ(first.local[2].contract.role, env::Role::kTrainer);
+  EXPECT_EQ(first.local[2].env.at("PADDLE_TRAINER_ID"), "1");
+  EXPECT_EQ(first.local[2].env.at("PADDLE_TRAINERS_NUM"), "2");
+  EXPECT_EQ(first.local[2].env.at("PADDLE_PSERVERS_IP_PORT_LIST"),
+            "10.0.0.1:7000,10.0.0.2:7000,10.0.0.1:7001");
+  const ClusterPlan second = make_plan(on("10.0.0.2"), inputs(picker));
+  ASSERT_EQ(second.local.size(), 2u);
+  EXPECT_EQ(second.local[0].contract.rank, 1);
+  EXPECT_EQ(second.local[1].env.at("PADDLE_TRAINER_ID"), "0");
+  EXPECT_EQ(second.local[1].env.at("LOCAL_WORLD_SIZE"), "1");
+
+  const std::string none = plan_error(on("10.0.0.3"), inputs(picker));
+  EXPECT_NE(none.find("--node_ip='10.0.0.3'"), std::string::npos) << none;
+  EXPECT_NE(none.find("10.0.0.1,10.0.0.2"), std::string::npos) << none;
+  const std::string gpus = plan_error(on("10.0.0.2", {"--gpus=0,1"}), inputs(picker));
+  EXPECT_NE(gpus.find("starts 1 trainer(s)"), std::string::npos) << gpus;
+  EXPECT_EQ(make_plan(on("10.0.0.2", {"--gpus=3"}), inputs(picker)).local[1].env.at(
+                "FLAGS_selected_gpus"),
+            "3");
+}
+
+TEST(PsPlan, CollectiveJobsAreUntouched) {
+  FakePicker picker{{5001, 5002}};
+  const ClusterPlan plan = make_plan(parse({"--nproc_per_node=2", "w"}), inputs(picker));
+  EXPECT_TRUE(plan.server_endpoints.empty());
+  for (const WorkerSpec& w : plan.local) {
+    for (const char* name : {"TRAINING_ROLE", "PADDLE_PSERVERS_IP_PORT_LIST", "PADDLE_PORT",
+                             "POD_IP"}) {
+      EXPECT_EQ(w.env.count(name), 0u) << name;
+    }
+  }
+  EXPECT_EQ(local_endpoint_count(parse({"--nproc_per_node=3", "w"})), 3);
+}
+
 TEST(Plan, RandomHex) {
   const std::string a = random_hex(16), b = random_hex(16);
   EXPECT_EQ(a.size(), 32u);

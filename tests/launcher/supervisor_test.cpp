@@ -260,3 +260,75 @@ TEST(SupervisorRoles, TwoProcessesWithOneNameAreRefused) {
 
 }  // namespace
 }  // namespace ddl::launcher
+
+namespace ddl::launcher {
+namespace {
+
+// --- Servers after the trainers -------------------------------------------------------------------
+
+TEST(SupervisorServerGrace, HangGuardIsOffWhileTheServersHaveTheirGrace) {
+  TempDir dir;
+  CapturedLog log;
+  const auto launches = mixed_job(
+      [](env::Role role, int) {
+        return role == env::Role::kServer
+                   ? std::vector<std::string>{"--sleep_ms", "60000"}
+                   : std::vector<std::string>{};
+      },
+      Generation());
+  SupervisorOptions o = options_with_logs(dir);
+  o.hang_timeout = milliseconds(300);  // shorter than the grace: it must not fire
+  o.server_grace = milliseconds(1000);
+  o.kill_timeout = milliseconds(500);
+  const auto start = Clock::now();
+  const JobOutcome outcome = supervise(launches, o);
+  EXPECT_EQ(outcome.exit_code, 0) << log.str();
+  EXPECT_EQ(outcome.state, JobState::kRunning);
+  EXPECT_EQ(outcome.servers_stopped, 2);
+  EXPECT_GE(Clock::now() - start, milliseconds(950));
+  EXPECT_FALSE(contains(log.str(), "hang guard")) << log.str();
+  EXPECT_EQ(count(log.str(), "(--server_grace): stopping them"), 1) << log.str();
+}
+
+TEST(SupervisorServerGrace, AServerFailingDuringTheGraceFailsTheJob) {
+  TempDir dir;
+  CapturedLog log;
+  const auto launches = mixed_job(
+      [](env::Role role, int index) {
+        if (role == env::Role::kTrainer) return std::vector<std::string>{};
+        if (index == 1) {
+          return std::vector<std::string>{"--sleep_ms", "300", "--exit_code", "6"};
+        }
+        return std::vector<std::string>{"--sleep_ms", "60000"};
+      },
+      Generation());
+  SupervisorOptions o = options_with_logs(dir);
+  o.server_grace = milliseconds(5000);
+  const JobOutcome outcome = supervise(launches, o);
+  EXPECT_EQ(outcome.exit_code, 6) << log.str();
+  EXPECT_EQ(outcome.failed_process, "server 1");
+  EXPECT_EQ(outcome.servers_stopped, 0);
+  EXPECT_FALSE(contains(log.str(), "stopping them")) << log.str();
+}
+
+TEST(SupervisorServerGrace, ANodeOfServersAloneWaitsForThem) {
+  TempDir dir;
+  CapturedLog log;
+  std::vector<WorkerLaunch> launches = mixed_job(
+      [](env::Role, int) {
+        return std::vector<std::string>{"--sleep_ms", "700"};
+      },
+      Generation());
+  launches.resize(2);  // the servers only
+  SupervisorOptions o = options_with_logs(dir);
+  o.server_grace = milliseconds(0);  // would stop them at once if the rule applied
+  const auto start = Clock::now();
+  const JobOutcome outcome = supervise(launches, o);
+  EXPECT_EQ(outcome.exit_code, 0) << log.str();
+  EXPECT_EQ(outcome.servers_stopped, 0);
+  EXPECT_GE(Clock::now() - start, milliseconds(650)) << "the servers ran to their end";
+  EXPECT_TRUE(contains(log.str(), "all 2 worker(s) exited with code 0")) << log.str();
+}
+
+}  // namespace
+}  // namespace ddl::launcher
