@@ -1,4 +1,4 @@
-"""Runs the three side-by-side benchmarks (start-up, all-reduce, training) and prints one table.
+"""Runs the side-by-side benchmarks (start-up, all-reduce, training, model parallel) and prints one table.
 
 Called by bench/run_all.sh (see there, and docs/PERFORMANCE.md). Ours and the reference run in the
 same invocation, interleaved (the order alternates every repetition), with the same
@@ -287,6 +287,61 @@ def bench_training(sides, ranks_list, reps, epochs, max_steps, seed):
     return rows
 
 
+def mp_summaries(text):
+    return [r for r in json_lines(text) if "images_per_sec" in r and "micro_batches" in r]
+
+
+def bench_model_parallel(sides, reps, max_steps, seed):
+    """train_model_parallel: the net cut in two (convolutions on rank 0, fc on rank 1) under
+    launch, with 1 and 4 micro-batches, against the unsplit net in one process (--single) on the
+    same batches. A pipeline's rate is the slower rank's (every image passes both stages)."""
+    common = ["--epochs", "1", "--batch_size", "100", "--lr", "0.01", "--optimizer", "sgd",
+              "--seed", str(seed), "--log_interval", "1000", "--data_dir", sides.data]
+    if max_steps:
+        common += ["--max_steps", str(max_steps)]
+    # (label, ranks, threads per rank, extra arguments); the first one is the baseline.
+    configs = [("one process, unsplit net", 1, threads_for(1), ["--single", "--micro_batches", "1"]),
+               ("one process, unsplit net", 1, "1", ["--single", "--micro_batches", "1", "--threads", "1"]),
+               ("pipeline, M=1", 2, threads_for(2), ["--micro_batches", "1"]),
+               ("pipeline, M=4", 2, threads_for(2), ["--micro_batches", "4"])]
+    runs = {i: [] for i in range(len(configs))}
+    for rep in range(reps):
+        order = list(range(len(configs)))
+        if rep % 2 == 1:
+            order.reverse()
+        for i in order:
+            label, ranks, threads, extra = configs[i]
+            program = os.path.join(sides.bin, "train_model_parallel")
+            if ranks == 1:
+                _, text = timed([program, *common, *extra], env_for(1), sides.log(f"mp-{i}"), 900)
+                found = mp_summaries(text)
+            else:
+                log_dir = os.path.join(sides.work, f"mp-{i}-{rep}")
+                timed(sides.launch(ranks, log_dir, program, *common, *extra), env_for(ranks),
+                      sides.log(f"mp-{i}"), 900)
+                found = []
+                for rank in range(ranks):
+                    with open(os.path.join(log_dir, f"workerlog.{rank}"), errors="replace") as f:
+                        found += mp_summaries(f.read())
+            if len(found) != ranks:
+                raise RunFailed(f"model parallel '{label}' printed {len(found)} summaries, expected {ranks}")
+            runs[i].append({"images_per_sec": min(r["images_per_sec"] for r in found),
+                            "test_accuracy": found[0]["test_accuracy"]})
+        print(f"# model parallel rep {rep + 1}/{reps}: " + ", ".join(
+            f"{configs[i][0]} ({configs[i][1]}x{configs[i][2]}) {runs[i][-1]['images_per_sec']:.0f} img/s"
+            for i in range(len(configs))) + f" (load {load1():.2f})", flush=True)
+    rows = []
+    for i, (label, ranks, threads, extra) in enumerate(configs):
+        rows.append({"what": label, "ranks": ranks, "threads": threads,
+                     "micro_batches": int(extra[extra.index("--micro_batches") + 1]),
+                     "images_per_sec": statistics.median(r["images_per_sec"] for r in runs[i]),
+                     "test_accuracy": statistics.median(r["test_accuracy"] for r in runs[i]),
+                     "paired_ratio": statistics.median(
+                         o["images_per_sec"] / b["images_per_sec"] for o, b in zip(runs[i], runs[0])),
+                     "runs": runs[i]})
+    return rows
+
+
 # --- the table ----------------------------------------------------------------------------------
 
 def human_bytes(n):
@@ -305,7 +360,7 @@ def table(result):
                f"gloo {v['gloo']}, ddlaunch {v['ddlaunch']}")
     out.append(f"Run: {result['when']}, mode {result['mode']}, medians of "
                f"{result['reps']['startup']} (start-up), {result['reps']['allreduce']} (all-reduce), "
-               f"{result['reps']['training']} (training) runs; OMP_NUM_THREADS = cores / ranks on both sides")
+               f"{result['reps']['training']} (training), {result['reps']['model_parallel']} (model parallel) runs; OMP_NUM_THREADS = cores / ranks on both sides")
     if "startup" in result:
         out.append("")
         out.append("Start-up: launcher invoked -> every rank rendezvoused, one all-reduce, all exited")
@@ -353,6 +408,18 @@ def table(result):
             ref = r["ref_images_per_sec"] * flops / 1e9
             out.append(f"  {r['ranks']} rank(s): ours {ours:.1f} GFLOP/s, DDP {ref:.1f} GFLOP/s "
                        f"({ours / m['nproc']:.1f} per core)")
+    if "model_parallel" in result:
+        rows = result["model_parallel"]
+        base = rows[0]["images_per_sec"]
+        out.append("")
+        out.append(f"Model parallel: train_model_parallel, {result['model_parallel_scope']}, batch 100, "
+                   f"SGD lr 0.01; conv1+conv2 on rank 0, fc on rank 1; ratio = images/s / the first row's")
+        out.append("| what | ranks x threads | micro-batches | images/s | ratio (paired) | accuracy |")
+        out.append("|---|---|---:|---:|---:|---:|")
+        for r in rows:
+            out.append(f"| {r['what']} | {r['ranks']} x {r['threads']} | {r['micro_batches']} | "
+                       f"{r['images_per_sec']:.0f} | {r['images_per_sec'] / base:.2f}x "
+                       f"({r['paired_ratio']:.2f}x) | {r['test_accuracy']:.4f} |")
     out.append("")
     out.append("Speed-up = reference / ours on the medians; paired = median over repetitions of the ratio "
                "within one repetition (the two sides ran back to back, so it shares that moment's load).")
@@ -374,15 +441,22 @@ def flops_per_image():
 
 # --- main ---------------------------------------------------------------------------------------
 
+DEFAULT_ONLY = "startup,allreduce,training,model_parallel"
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--quick", action="store_true", help="a fast smoke run: 1 repetition, small sizes, 60 steps")
     p.add_argument("--build_dir", default=os.environ.get("DDL_BUILD_DIR", os.path.join(REPO, "build")))
     p.add_argument("--data_dir", default=os.path.join(REPO, "data", "mnist"))
-    p.add_argument("--only", default="startup,allreduce,training", help="comma list of benchmarks to run")
+    p.add_argument("--only", default=DEFAULT_ONLY,
+                   help="comma list of benchmarks to run (startup, allreduce, training, model_parallel)")
     p.add_argument("--startup_reps", type=int, default=5)
     p.add_argument("--allreduce_reps", type=int, default=3)
     p.add_argument("--train_reps", type=int, default=3)
+    p.add_argument("--mp_reps", type=int, default=1, help="repetitions of the model-parallel benchmark")
+    p.add_argument("--mp_steps", type=int, default=200,
+                   help="optimizer steps per model-parallel run (0: the whole epoch)")
     p.add_argument("--startup_ranks", default="2,4,8")
     p.add_argument("--train_ranks", default="1,2")
     p.add_argument("--epochs", type=int, default=1)
@@ -393,9 +467,22 @@ def main():
     p.add_argument("--out", help="folder for the logs and result.json (default: a fresh temp folder)")
     args = p.parse_args()
 
-    missing = [b for b in ("launch", "startup_worker", "startup_worker_torch", "allreduce_bench",
-                           "train_mnist")
-               if not os.access(os.path.join(args.build_dir, "bin", b), os.X_OK)]
+    only = set(args.only.split(","))
+    unknown = only - {"startup", "allreduce", "training", "model_parallel"}
+    if unknown:
+        sys.exit(f"run_all: --only: unknown benchmark(s) {', '.join(sorted(unknown))}")
+    needed = {"startup": ["launch", "startup_worker", "startup_worker_torch"],
+              "allreduce": ["launch", "allreduce_bench"],
+              "training": ["launch", "train_mnist"],
+              "model_parallel": ["launch", "train_model_parallel"]}
+    skipped = []
+    model_parallel_bin = os.path.join(args.build_dir, "bin", "train_model_parallel")
+    if args.only == DEFAULT_ONLY and not os.access(model_parallel_bin, os.X_OK):
+        # The default run predates this benchmark: without its program it runs the others.
+        only.discard("model_parallel")
+        skipped.append(f"model parallel skipped: {model_parallel_bin} is not built")
+    programs = sorted({b for name in only for b in needed[name]})
+    missing = [b for b in programs if not os.access(os.path.join(args.build_dir, "bin", b), os.X_OK)]
     if missing:
         sys.exit(f"run_all: {', '.join(missing)} not built in {args.build_dir}/bin "
                  f"(build them, or pass --build_dir)")
@@ -405,11 +492,11 @@ def main():
     work = args.out or tempfile.mkdtemp(prefix="ddl-bench-")
     os.makedirs(work, exist_ok=True)
     sides = Sides(args.build_dir, work, args.data_dir)
-    only = set(args.only.split(","))
     quick = args.quick
     reps = {"startup": 1 if quick else args.startup_reps,
             "allreduce": 1 if quick else args.allreduce_reps,
-            "training": 1 if quick else args.train_reps}
+            "training": 1 if quick else args.train_reps,
+            "model_parallel": 1 if quick else args.mp_reps}
 
     load_before = wait_until_quiet(args.max_load, args.max_wait_s)
     result = {
@@ -420,7 +507,7 @@ def main():
                     "os": platform.platform(), "load_before": load_before},
         "versions": versions(),
         "flops_per_image": flops_per_image(),
-        "notes": [],
+        "notes": skipped,
     }
     if load_before >= args.max_load:
         result["notes"].append(f"the machine was busy (1-min load {load_before:.2f} >= "
@@ -441,6 +528,12 @@ def main():
                                         else f"{args.epochs} epoch(s) of 60000 images")
             result["training"] = bench_training(sides, ranks, reps["training"], args.epochs,
                                                 max_steps, args.seed)
+        if "model_parallel" in only:
+            mp_steps = 60 if quick else args.mp_steps
+            result["model_parallel_scope"] = (f"{mp_steps} steps" if mp_steps
+                                              else "1 epoch of 60000 images")
+            result["model_parallel"] = bench_model_parallel(sides, reps["model_parallel"], mp_steps,
+                                                            args.seed)
     except RunFailed as e:
         sys.exit(f"run_all: {e}")
     result["machine"]["load_after"] = load1()

@@ -41,11 +41,17 @@ void MnistNetImpl::use_channels_last() {
   }
 }
 
-torch::Tensor MnistNetImpl::forward(const torch::Tensor& x) {
+torch::Tensor MnistNetImpl::forward(const torch::Tensor& x) { return classify(features(x)); }
+
+torch::Tensor MnistNetImpl::features(const torch::Tensor& x) {
   auto y = torch::relu(torch::max_pool2d(conv1_->forward(x), /*kernel_size=*/2, /*stride=*/2));
   y = torch::relu(torch::max_pool2d(conv2_->forward(y), 2, 2));
   // reshape() reads the channels-last activations in NCHW order, as fc's weights expect.
-  return fc_->forward(y.reshape({y.size(0), 980}));
+  return y.reshape({y.size(0), 980}).contiguous();  // a copy already: contiguous() keeps it
+}
+
+torch::Tensor MnistNetImpl::classify(const torch::Tensor& features) {
+  return fc_->forward(features);
 }
 
 torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& labels) {

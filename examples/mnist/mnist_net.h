@@ -31,6 +31,19 @@ class MnistNetImpl : public torch::nn::Module {
   // checkpoint load may bring back another layout).
   void use_channels_last();
 
+  // The two halves forward() is made of, for a pipeline that cuts the net between them
+  // (examples/model_parallel). features(): both conv blocks, flattened to [N, 980] in NCHW order
+  // (a contiguous tensor, ready to send); classify(): fc on such a tensor, [N, 980] -> [N, 10].
+  // forward(x) is classify(features(x)), the same operations and so the same bits.
+  torch::Tensor features(const torch::Tensor& x);
+  torch::Tensor classify(const torch::Tensor& features);
+
+  // The layers themselves (shared holders, not copies), so that a stage can register only its
+  // part: moving or training them through the stage moves or trains this net's layers.
+  const torch::nn::Conv2d& conv1() const { return conv1_; }
+  const torch::nn::Conv2d& conv2() const { return conv2_; }
+  const torch::nn::Linear& fc() const { return fc_; }
+
  private:
   torch::nn::Conv2d conv1_{nullptr};
   torch::nn::Conv2d conv2_{nullptr};
