@@ -22,6 +22,7 @@
 
 #include "tests/support/process.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/train_log.h"
 
 
 namespace {
@@ -33,7 +34,7 @@ using nlohmann::json;
 constexpr std::chrono::seconds kRunTimeout{240};
 
 const std::string kBin = DDL_BIN_DIR;
-const std::string kData = std::string(DDL_SOURCE_DIR) + "/data/mnist";
+const std::string kData = ddl::testing::mnist_data_dir();
 
 using ddl::testing::TempDir;
 
@@ -64,36 +65,13 @@ RunResult run(const std::vector<std::string>& args, const std::string& log,
   return result;
 }
 
-bool have_data() { return fs::exists(kData + "/train-images-idx3-ubyte"); }
+bool have_data() { return ddl::testing::have_mnist_data(); }
 
 #define SKIP_WITHOUT_DATA() \
   if (!have_data()) GTEST_SKIP() << kData << " is missing: run scripts/fetch_mnist.sh first"
 
-// What one rank wrote: its progress losses (in order), test accuracy lines and its JSON summary.
-struct RankLog {
-  std::vector<double> losses;
-  int accuracy_lines = 0;
-  std::vector<json> summaries;
-};
-
-RankLog parse_rank_log(const std::string& text) {
-  static const std::regex progress(R"(^epoch: (\d+), batch: (\d+), loss is: \[([-+0-9.eE]+)\]$)");
-  static const std::regex accuracy(R"(^epoch: \d+, test accuracy: [0-9.]+ \(\d+/10000\)$)");
-  RankLog r;
-  std::istringstream in(text);
-  std::string line;
-  std::smatch m;
-  while (std::getline(in, line)) {
-    if (std::regex_match(line, m, progress)) {
-      r.losses.push_back(std::stod(m[3]));
-    } else if (std::regex_match(line, accuracy)) {
-      ++r.accuracy_lines;
-    } else if (!line.empty() && line.front() == '{') {
-      r.summaries.push_back(json::parse(line));
-    }
-  }
-  return r;
-}
+using ddl::testing::parse_rank_log;
+using ddl::testing::RankLog;
 
 // Runs `launch --nproc_per_node=2 --log_dir <dir> train_mnist <args>`; returns each rank's log.
 std::vector<RankLog> launch_two(const TempDir& tmp, const std::string& name,
