@@ -23,6 +23,8 @@
 #include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
 
+#include <signal.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -487,16 +489,29 @@ void check_options(const GlooOptions& options) {
   }
 }
 
+// Gloo writes to its peers' sockets without MSG_NOSIGNAL: once a peer has died, a write can raise
+// SIGPIPE, whose default action kills this process before Gloo reports the error. A dead peer must
+// be a CommError naming it (as it is in Python programs, which start with SIGPIPE ignored), so a
+// process that left SIGPIPE at its default gets it ignored. A program's own choice is kept.
+void ignore_default_sigpipe() {
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+    ::signal(SIGPIPE, SIG_IGN);
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<GlooMesh> GlooMesh::connect(Store& store, const GlooOptions& options) {
   check_options(options);
+  ignore_default_sigpipe();
   return connect_mesh(store, options, "");
 }
 
 std::unique_ptr<GlooMesh> GlooMesh::connect_group(Store& store, const GlooOptions& options,
                                                   const RankGroup& group) {
   check_options(options);
+  ignore_default_sigpipe();
   const GroupPlace place =
       place_in_group("gloo", options.rank, options.world_size, group, options.store_prefix);
   claim_group(store, place, "gloo", options.timeout);

@@ -32,7 +32,9 @@ struct GlooOptions {
 // Not thread-safe: one thread issues the collectives and the point-to-point calls; collectives run
 // in the same order on every rank. Every call throws CommError ("gloo <op> on rank R of N: ...",
 // plus the group and job rank for a group mesh) on a failure or after the timeout. After a
-// CommError from the transport (a dead peer, a timeout) the mesh is broken: destroy it.
+// CommError from the transport (a dead peer, a timeout) the mesh is broken: destroy it. Connecting
+// sets SIGPIPE to ignored when the process left it at its default, so a write to a dead peer is
+// that CommError and not a kill by SIGPIPE.
 //
 // Tags. Every message Gloo moves is matched by a 64-bit slot on the pair of the two ranks: bits
 // 56..63 a prefix, bits 24..55 a 32-bit tag, bits 0..23 an offset the algorithm adds.
