@@ -21,6 +21,41 @@ std::string join_hosts(const std::vector<env::Endpoint>& a, const std::vector<en
 }
 
 // The variables of one planned process: its contract's, then the plan's additions.
+// This node's `count` ports, for the `what` it starts ("workers", "servers and trainers"):
+// --started_port .. --started_port+count-1, or, on a single node without it, free ones from the
+// port picker (distinct and non-zero).
+std::vector<std::uint16_t> pick_local_ports(const LaunchOptions& options,
+                                            const PlanInputs& inputs, int nodes, int count,
+                                            const std::string& what) {
+  std::vector<std::uint16_t> ports;
+  if (options.started_port) {
+    if (*options.started_port < 1 || *options.started_port + count - 1 > 65535) {
+      throw PlanError("--started_port=" + std::to_string(*options.started_port) + " with " +
+                      std::to_string(count) + " " + what +
+                      " per node leaves the port range 1..65535");
+    }
+    for (int i = 0; i < count; ++i) {
+      ports.push_back(static_cast<std::uint16_t>(*options.started_port + i));
+    }
+    return ports;
+  }
+  if (nodes > 1) {
+    throw PlanError("--cluster_node_ips lists " + std::to_string(nodes) +
+                    " nodes but --started_port is not set: nodes cannot learn each other's "
+                    "free ports, so give every node the same --started_port");
+  }
+  if (!inputs.pick_ports) throw PlanError("no --started_port and no way to pick free ports");
+  ports = inputs.pick_ports(options.node_ip, count);
+  std::set<std::uint16_t> unique(ports.begin(), ports.end());
+  if (static_cast<int>(ports.size()) != count || static_cast<int>(unique.size()) != count ||
+      unique.count(0) > 0) {
+    throw PlanError("the port picker returned " + std::to_string(ports.size()) + " ports (" +
+                    std::to_string(unique.size()) + " distinct, non-zero) for " +
+                    std::to_string(count) + " " + what + " on " + options.node_ip);
+  }
+  return ports;
+}
+
 WorkerSpec make_spec(env::WorkerContract c, const LaunchOptions& options, const PlanInputs& inputs,
                      const ClusterPlan& plan) {
   c.job_id = inputs.generation.job_id(inputs.job_id);
@@ -88,36 +123,11 @@ ClusterPlan make_ps_plan(const LaunchOptions& options, const PlanInputs& inputs)
       if (node >= nodes) {
         throw PlanError("--node_ip='" + options.node_ip + "' is not one of --cluster_node_ips");
       }
-      std::vector<std::uint16_t> local_ports;
-      if (options.started_port) {
-        if (*options.started_port < 1 || *options.started_port + per_node - 1 > 65535) {
-          throw PlanError("--started_port=" + std::to_string(*options.started_port) + " with " +
-                          std::to_string(per_node) +
-                          " servers and trainers per node leaves the port range 1..65535");
-        }
-      } else {
-        if (nodes > 1) {
-          throw PlanError("--cluster_node_ips lists " + std::to_string(nodes) +
-                          " nodes but --started_port is not set: nodes cannot learn each "
-                          "other's free ports, so give every node the same --started_port");
-        }
-        if (!inputs.pick_ports) throw PlanError("no --started_port and no way to pick free ports");
-        local_ports = inputs.pick_ports(options.node_ip, per_node);
-        std::set<std::uint16_t> unique(local_ports.begin(), local_ports.end());
-        if (static_cast<int>(local_ports.size()) != per_node ||
-            static_cast<int>(unique.size()) != per_node || unique.count(0) > 0) {
-          throw PlanError("the port picker returned " + std::to_string(local_ports.size()) +
-                          " ports (" + std::to_string(unique.size()) +
-                          " distinct, non-zero) for " + std::to_string(servers) + " servers and " +
-                          std::to_string(trainers) + " trainers on " + options.node_ip);
-        }
-      }
+      const std::vector<std::uint16_t> local_ports =
+          pick_local_ports(options, inputs, nodes, per_node, "servers and trainers");
       for (int k = 0; k < nodes; ++k) {
         for (int i = 0; i < per_node; ++i) {
-          const std::uint16_t port = options.started_port
-                                         ? static_cast<std::uint16_t>(*options.started_port + i)
-                                         : local_ports[i];
-          all.push_back(env::Endpoint{options.cluster_node_ips[k], port});
+          all.push_back(env::Endpoint{options.cluster_node_ips[k], local_ports[i]});
         }
       }
     }
@@ -218,34 +228,10 @@ ClusterPlan make_plan(const LaunchOptions& options, const PlanInputs& inputs) {
   }
   plan.world_size = per_node * nodes;
 
-  std::vector<std::uint16_t> local_ports;
-  if (inputs.cluster_endpoints) {
-    // Endpoints are known already.
-  } else if (options.started_port) {
-    if (*options.started_port < 1 || *options.started_port + per_node - 1 > 65535) {
-      throw PlanError("--started_port=" + std::to_string(*options.started_port) + " with " +
-                      std::to_string(per_node) +
-                      " workers per node leaves the port range 1..65535");
-    }
-    for (int i = 0; i < per_node; ++i) {
-      local_ports.push_back(static_cast<std::uint16_t>(*options.started_port + i));
-    }
-  } else {
-    if (nodes > 1) {
-      throw PlanError("--cluster_node_ips lists " + std::to_string(nodes) +
-                      " nodes but --started_port is not set: nodes cannot learn each other's "
-                      "free ports, so give every node the same --started_port");
-    }
-    if (!inputs.pick_ports) throw PlanError("no --started_port and no way to pick free ports");
-    local_ports = inputs.pick_ports(options.node_ip, per_node);
-    std::set<std::uint16_t> unique(local_ports.begin(), local_ports.end());
-    if (static_cast<int>(local_ports.size()) != per_node ||
-        static_cast<int>(unique.size()) != per_node || unique.count(0) > 0) {
-      throw PlanError("the port picker returned " + std::to_string(local_ports.size()) +
-                      " ports (" + std::to_string(unique.size()) + " distinct, non-zero) for " +
-                      std::to_string(per_node) + " workers on " + options.node_ip);
-    }
-  }
+  // Endpoints published through the control store are known already.
+  const std::vector<std::uint16_t> local_ports =
+      inputs.cluster_endpoints ? std::vector<std::uint16_t>()
+                               : pick_local_ports(options, inputs, nodes, per_node, "workers");
 
   for (int k = 0; k < nodes && !inputs.cluster_endpoints; ++k) {
     for (int i = 0; i < per_node; ++i) {

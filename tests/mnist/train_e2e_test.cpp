@@ -40,29 +40,11 @@ using ddl::testing::TempDir;
 
 using ddl::testing::read_file;
 
-struct RunResult {
-  int exit_code = -1;  // -1: killed at the deadline or by a signal
-  std::string output;  // stdout and stderr together
-};
+using ddl::testing::RunResult;
 
-// Runs argv in its own process group with stdout+stderr to `log`; kills the group at `timeout`.
 RunResult run(const std::vector<std::string>& args, const std::string& log,
               std::chrono::seconds timeout = kRunTimeout) {
-  ddl::testing::SpawnOptions options;
-  options.argv = args;
-  options.stdout_path = log;
-  options.own_process_group = true;
-  ddl::testing::ChildProcess child(std::move(options));
-  RunResult result;
-  const std::optional<int> code = child.wait(timeout);
-  if (!code) {
-    result.output =
-        read_file(log) + "\n[test] killed after " + std::to_string(timeout.count()) + " s";
-    return result;
-  }
-  result.exit_code = child.signaled() ? -1 : *code;
-  result.output = read_file(log);
-  return result;
+  return ddl::testing::run_program(args, log, timeout);
 }
 
 bool have_data() { return ddl::testing::have_mnist_data(); }

@@ -18,6 +18,7 @@
 
 #include "tests/support/process.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/train_log.h"
 
 namespace {
 
@@ -31,26 +32,10 @@ const std::string kBin = DDL_BIN_DIR;
 const std::string kRealData = std::string(DDL_SOURCE_DIR) + "/data/mnist";
 const std::string kTrainer = kBin + "/train_model_parallel";
 
-struct RunResult {
-  int exit_code = -1;  // -1: killed at the deadline or by a signal
-  std::string output;  // stdout and stderr together
-};
+using ddl::testing::RunResult;
 
 RunResult run(const std::vector<std::string>& args, const std::string& log) {
-  ddl::testing::SpawnOptions options;
-  options.argv = args;
-  options.stdout_path = log;
-  options.own_process_group = true;
-  ddl::testing::ChildProcess child(std::move(options));
-  RunResult result;
-  const std::optional<int> code = child.wait(kRunTimeout);
-  result.output = read_file(log);
-  if (!code) {
-    result.output += "\n[test] killed after " + std::to_string(kRunTimeout.count()) + " s";
-    return result;
-  }
-  result.exit_code = child.signaled() ? -1 : *code;
-  return result;
+  return ddl::testing::run_program(args, log, kRunTimeout);
 }
 
 // --- a small IDX set --------------------------------------------------------------------------
@@ -92,30 +77,8 @@ std::string write_fixture(const TempDir& tmp) {
 
 // --- what a run printed -------------------------------------------------------------------------
 
-struct Log {
-  std::vector<double> losses;
-  int accuracy_lines = 0;
-  std::vector<json> summaries;
-};
-
-Log parse_log(const std::string& text) {
-  static const std::regex progress(R"(^epoch: (\d+), batch: (\d+), loss is: \[([-+0-9.eE]+)\]$)");
-  static const std::regex accuracy(R"(^epoch: \d+, test accuracy: [0-9.]+ \(\d+/\d+\)$)");
-  Log r;
-  std::istringstream in(text);
-  std::string line;
-  std::smatch m;
-  while (std::getline(in, line)) {
-    if (std::regex_match(line, m, progress)) {
-      r.losses.push_back(std::stod(m[3]));
-    } else if (std::regex_match(line, accuracy)) {
-      ++r.accuracy_lines;
-    } else if (!line.empty() && line.front() == '{') {
-      r.summaries.push_back(json::parse(line));
-    }
-  }
-  return r;
-}
+using Log = ddl::testing::RankLog;
+using ddl::testing::parse_rank_log;
 
 std::vector<std::string> common_args(const std::string& data, int steps, int micro_batches) {
   return {"--data_dir",  data, "--max_steps", std::to_string(steps), "--log_interval", "1",
@@ -128,7 +91,7 @@ Log run_single(const TempDir& tmp, const std::string& name, std::vector<std::str
   args.insert(args.begin(), {kTrainer, "--single"});
   const RunResult r = run(args, tmp.file(name + ".out"));
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  Log log = parse_log(r.output);
+  Log log = parse_rank_log(r.output);
   EXPECT_EQ(log.summaries.size(), 1u) << r.output;
   return log;
 }
@@ -145,7 +108,7 @@ std::vector<Log> run_pipeline(const TempDir& tmp, const std::string& name,
   std::vector<Log> logs;
   for (int rank = 0; rank < 2; ++rank) {
     const std::string path = log_dir + "/workerlog." + std::to_string(rank);
-    logs.push_back(parse_log(read_file(path)));
+    logs.push_back(parse_rank_log(read_file(path)));
     EXPECT_EQ(logs.back().summaries.size(), 1u) << path << ":\n" << read_file(path)
                                                 << "\nlauncher:\n" << r.output;
   }

@@ -1,8 +1,9 @@
-// What a training program (train_mnist, train_model_parallel) wrote, parsed: the seed's progress
-// lines (`epoch: E, batch: B, loss is: [L]`), the per-epoch test accuracy lines and the JSON
-// summary lines. Shared by the end-to-end suites.
+// Running a training program (train_mnist, train_model_parallel) and reading what it wrote: the
+// seed's progress lines (`epoch: E, batch: B, loss is: [L]`), the per-epoch test accuracy lines
+// and the JSON summary lines. Shared by the end-to-end suites.
 #pragma once
 
+#include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -10,7 +11,33 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/process.h"
+
 namespace ddl::testing {
+
+struct RunResult {
+  int exit_code = -1;  // -1: killed at the deadline or by a signal
+  std::string output;  // stdout and stderr together
+};
+
+// Runs argv in its own process group with stdout+stderr to `log`; kills the group at `timeout`.
+inline RunResult run_program(const std::vector<std::string>& args, const std::string& log,
+                             std::chrono::seconds timeout) {
+  SpawnOptions options;
+  options.argv = args;
+  options.stdout_path = log;
+  options.own_process_group = true;
+  ChildProcess child(std::move(options));
+  RunResult result;
+  const std::optional<int> code = child.wait(timeout);
+  result.output = read_file(log);
+  if (!code) {
+    result.output += "\n[test] killed after " + std::to_string(timeout.count()) + " s";
+    return result;
+  }
+  result.exit_code = child.signaled() ? -1 : *code;
+  return result;
+}
 
 struct RankLog {
   std::vector<double> losses;
@@ -20,7 +47,7 @@ struct RankLog {
 
 inline RankLog parse_rank_log(const std::string& text) {
   static const std::regex progress(R"(^epoch: (\d+), batch: (\d+), loss is: \[([-+0-9.eE]+)\]$)");
-  static const std::regex accuracy(R"(^epoch: \d+, test accuracy: [0-9.]+ \(\d+/10000\)$)");
+  static const std::regex accuracy(R"(^epoch: \d+, test accuracy: [0-9.]+ \(\d+/\d+\)$)");
   RankLog r;
   std::istringstream in(text);
   std::string line;
