@@ -1,4 +1,5 @@
-"""Runs the side-by-side benchmarks (start-up, all-reduce, training, model parallel) and prints one table.
+"""Runs the side-by-side benchmarks (start-up, all-reduce, training, model parallel, parameter server)
+and prints one table.
 
 Called by bench/run_all.sh (see there, and docs/PERFORMANCE.md). Ours and the reference run in the
 same invocation, interleaved (the order alternates every repetition), with the same
@@ -133,6 +134,10 @@ class Sides:
     def launch(self, nproc, log_dir, program, *args):
         return [os.path.join(self.bin, "launch"), f"--nproc_per_node={nproc}", "--log_dir", log_dir,
                 program, *args]
+
+    def launch_ps(self, servers, workers, log_dir, program, *args):
+        return [os.path.join(self.bin, "launch"), f"--server_num={servers}", f"--worker_num={workers}",
+                "--log_dir", log_dir, program, *args]
 
     def torchrun(self, nproc, script, *args):
         # The default static rendezvous (the fastest torchrun offers on one node) on a port that
@@ -342,6 +347,77 @@ def bench_model_parallel(sides, reps, max_steps, seed):
     return rows
 
 
+def ps_summaries(text):
+    return [r for r in json_lines(text) if "images_per_sec_rank" in r and r.get("role") != "server"]
+
+
+def bench_ps(sides, reps, max_steps, seed):
+    """train_mnist with 2 trainers: collective (all-reduce), then parameter-server jobs, sync and
+    async, with 1 and 2 servers, interleaved, on the same seed and steps. Every process gets one
+    thread. A job's images/s is the sum of its trainers' own rates (in async mode they differ)."""
+    trainers = 2
+    common = ["--epochs", "1", "--batch_size", "100", "--lr", "0.01", "--optimizer", "sgd",
+              "--seed", str(seed), "--log_interval", "1000", "--threads", "1",
+              "--data_dir", sides.data, "--save", ""]
+    if max_steps:
+        common += ["--max_steps", str(max_steps)]
+    # (label, servers, mode the trainers must report, extra arguments); the first is the baseline.
+    configs = [("collective (all-reduce)", 0, "collective", []),
+               ("sync PS", 1, "ps-sync", []),
+               ("sync PS", 2, "ps-sync", []),
+               ("async PS", 1, "ps-async", ["--async"]),
+               ("async PS", 2, "ps-async", ["--async"])]
+    env = dict(os.environ)
+    env["OMP_NUM_THREADS"] = "1"
+    runs = {i: [] for i in range(len(configs))}
+    for rep in range(reps):
+        order = list(range(len(configs)))
+        if rep % 2 == 1:
+            order.reverse()
+        for i in order:
+            label, servers, mode, extra = configs[i]
+            log_dir = os.path.join(sides.work, f"ps-{i}-{rep}")
+            if servers:
+                cmd = sides.launch_ps(servers, trainers, log_dir, "train_mnist", *common, *extra)
+            else:
+                cmd = sides.launch(trainers, log_dir, "train_mnist", *common, *extra)
+            wall, _ = timed(cmd, env, sides.log(f"ps-{i}"), 900)
+            found = []
+            for rank in range(trainers):
+                with open(os.path.join(log_dir, f"workerlog.{rank}"), errors="replace") as f:
+                    found += ps_summaries(f.read())[-1:]
+            if len(found) != trainers:
+                raise RunFailed(f"'{label}' ({servers} server(s)): {len(found)} trainer summaries, "
+                                f"expected {trainers} (logs in {log_dir})")
+            if any(r.get("mode") != mode for r in found):
+                raise RunFailed(f"'{label}' ({servers} server(s)): trainers report mode "
+                                f"{sorted({str(r.get('mode')) for r in found})}, expected {mode}")
+            runs[i].append({
+                "wall_s": wall,
+                "images_per_sec": sum(r["images_per_sec_rank"] for r in found),
+                "test_accuracy": found[0]["test_accuracy"],
+                "staleness_mean": statistics.mean(r.get("staleness_mean", 0.0) for r in found),
+                "staleness_max": max(r.get("staleness_max", 0) for r in found),
+                # Share of each trainer's training loop spent pushing gradients / pulling
+                # parameters (waiting for the servers included), averaged over the trainers.
+                "push_pull_share": statistics.mean(
+                    r.get("seconds_in_push_pull", 0.0) / r["train_seconds"] for r in found)})
+        print(f"# parameter server rep {rep + 1}/{reps}: " + ", ".join(
+            f"{configs[i][0]} ({configs[i][1]} server(s)) {runs[i][-1]['images_per_sec']:.0f} img/s"
+            for i in range(len(configs))) + f" (load {load1():.2f})", flush=True)
+    rows = []
+    for i, (label, servers, mode, extra) in enumerate(configs):
+        row = {"what": label, "servers": servers, "trainers": trainers, "mode": mode,
+               "paired_ratio": statistics.median(
+                   o["images_per_sec"] / b["images_per_sec"] for o, b in zip(runs[i], runs[0])),
+               "runs": runs[i]}
+        for key in ("wall_s", "images_per_sec", "test_accuracy", "staleness_mean", "push_pull_share"):
+            row[key] = statistics.median(r[key] for r in runs[i])
+        row["staleness_max"] = max(r["staleness_max"] for r in runs[i])
+        rows.append(row)
+    return rows
+
+
 # --- the table ----------------------------------------------------------------------------------
 
 def human_bytes(n):
@@ -360,7 +436,8 @@ def table(result):
                f"gloo {v['gloo']}, ddlaunch {v['ddlaunch']}")
     out.append(f"Run: {result['when']}, mode {result['mode']}, medians of "
                f"{result['reps']['startup']} (start-up), {result['reps']['allreduce']} (all-reduce), "
-               f"{result['reps']['training']} (training), {result['reps']['model_parallel']} (model parallel) runs; OMP_NUM_THREADS = cores / ranks on both sides")
+               f"{result['reps']['training']} (training), {result['reps']['model_parallel']} (model parallel), "
+               f"{result['reps']['ps']} (parameter server) runs; OMP_NUM_THREADS = cores / ranks on both sides")
     if "startup" in result:
         out.append("")
         out.append("Start-up: launcher invoked -> every rank rendezvoused, one all-reduce, all exited")
@@ -420,6 +497,31 @@ def table(result):
             out.append(f"| {r['what']} | {r['ranks']} x {r['threads']} | {r['micro_batches']} | "
                        f"{r['images_per_sec']:.0f} | {r['images_per_sec'] / base:.2f}x "
                        f"({r['paired_ratio']:.2f}x) | {r['test_accuracy']:.4f} |")
+    if "ps" in result:
+        rows = result["ps"]
+        base = rows[0]["images_per_sec"]
+        out.append("")
+        out.append(f"Parameter server: train_mnist, 2 trainers, {result['ps_scope']}, batch 100 per trainer, "
+                   "SGD lr 0.01, 1 thread per process; images/s = sum of the trainers' own rates; "
+                   "ratio = images/s / the collective row's")
+        out.append("| what | servers | images/s | ratio (paired) | staleness mean (max) | "
+                   "push/pull share of the loop | wall | accuracy |")
+        out.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+        for r in rows:
+            ps_cols = (f"{r['staleness_mean']:.2f} ({r['staleness_max']}) | {100 * r['push_pull_share']:.1f}%"
+                       if r["servers"] else "- | -")
+            out.append(f"| {r['what']} | {r['servers']} | {r['images_per_sec']:.0f} | "
+                       f"{r['images_per_sec'] / base:.2f}x ({r['paired_ratio']:.2f}x) | {ps_cols} | "
+                       f"{r['wall_s']:.2f} s | {r['test_accuracy']:.4f} |")
+        ddp = [r for r in result.get("training", []) if r["ranks"] == 2]
+        if ddp:
+            # Measured by the training benchmark of this run (not interleaved with the rows above).
+            d = ddp[0]
+            out.append(f"| PyTorch DDP under torchrun, 2 ranks (training benchmark above, "
+                       f"{result['training_scope']}) | 0 | {d['ref_images_per_sec']:.0f} | "
+                       f"{d['ref_images_per_sec'] / base:.2f}x | - | - | {d['ref_wall_s']:.2f} s | "
+                       f"{d['ref_test_accuracy']:.4f} |")
+        out.append(f"(the parameter-server section took {result['ps_seconds']:.0f} s)")
     out.append("")
     out.append("Speed-up = reference / ours on the medians; paired = median over repetitions of the ratio "
                "within one repetition (the two sides ran back to back, so it shares that moment's load).")
@@ -441,7 +543,8 @@ def flops_per_image():
 
 # --- main ---------------------------------------------------------------------------------------
 
-DEFAULT_ONLY = "startup,allreduce,training,model_parallel"
+DEFAULT_ONLY = "startup,allreduce,training,model_parallel,ps"
+BENCHMARKS = ("startup", "allreduce", "training", "model_parallel", "ps")
 
 
 def main():
@@ -450,13 +553,17 @@ def main():
     p.add_argument("--build_dir", default=os.environ.get("DDL_BUILD_DIR", os.path.join(REPO, "build")))
     p.add_argument("--data_dir", default=os.path.join(REPO, "data", "mnist"))
     p.add_argument("--only", default=DEFAULT_ONLY,
-                   help="comma list of benchmarks to run (startup, allreduce, training, model_parallel)")
+                   help="comma list of benchmarks to run (startup, allreduce, training, model_parallel, ps: "
+                        "parameter server, ~1 min)")
     p.add_argument("--startup_reps", type=int, default=5)
     p.add_argument("--allreduce_reps", type=int, default=3)
     p.add_argument("--train_reps", type=int, default=3)
     p.add_argument("--mp_reps", type=int, default=1, help="repetitions of the model-parallel benchmark")
     p.add_argument("--mp_steps", type=int, default=200,
                    help="optimizer steps per model-parallel run (0: the whole epoch)")
+    p.add_argument("--ps_reps", type=int, default=1, help="repetitions of the parameter-server benchmark")
+    p.add_argument("--ps_steps", type=int, default=300,
+                   help="optimizer steps per trainer in each parameter-server run (0: the whole epoch)")
     p.add_argument("--startup_ranks", default="2,4,8")
     p.add_argument("--train_ranks", default="1,2")
     p.add_argument("--epochs", type=int, default=1)
@@ -468,13 +575,14 @@ def main():
     args = p.parse_args()
 
     only = set(args.only.split(","))
-    unknown = only - {"startup", "allreduce", "training", "model_parallel"}
+    unknown = only - set(BENCHMARKS)
     if unknown:
         sys.exit(f"run_all: --only: unknown benchmark(s) {', '.join(sorted(unknown))}")
     needed = {"startup": ["launch", "startup_worker", "startup_worker_torch"],
               "allreduce": ["launch", "allreduce_bench"],
               "training": ["launch", "train_mnist"],
-              "model_parallel": ["launch", "train_model_parallel"]}
+              "model_parallel": ["launch", "train_model_parallel"],
+              "ps": ["launch", "train_mnist"]}
     skipped = []
     model_parallel_bin = os.path.join(args.build_dir, "bin", "train_model_parallel")
     if args.only == DEFAULT_ONLY and not os.access(model_parallel_bin, os.X_OK):
@@ -496,7 +604,8 @@ def main():
     reps = {"startup": 1 if quick else args.startup_reps,
             "allreduce": 1 if quick else args.allreduce_reps,
             "training": 1 if quick else args.train_reps,
-            "model_parallel": 1 if quick else args.mp_reps}
+            "model_parallel": 1 if quick else args.mp_reps,
+            "ps": 1 if quick else args.ps_reps}
 
     load_before = wait_until_quiet(args.max_load, args.max_wait_s)
     result = {
@@ -534,6 +643,12 @@ def main():
                                               else "1 epoch of 60000 images")
             result["model_parallel"] = bench_model_parallel(sides, reps["model_parallel"], mp_steps,
                                                             args.seed)
+        if "ps" in only:
+            ps_steps = 60 if quick else args.ps_steps
+            result["ps_scope"] = f"{ps_steps} steps" if ps_steps else "1 epoch of 60000 images"
+            start = time.perf_counter()
+            result["ps"] = bench_ps(sides, reps["ps"], ps_steps, args.seed)
+            result["ps_seconds"] = time.perf_counter() - start
     except RunFailed as e:
         sys.exit(f"run_all: {e}")
     result["machine"]["load_after"] = load1()
