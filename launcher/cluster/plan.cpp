@@ -151,31 +151,26 @@ ClusterPlan make_ps_plan(const LaunchOptions& options, const PlanInputs& inputs)
   if (!env::lookup(inputs.caller_env, env::kOmpNumThreads)) {
     plan.omp_threads_defaulted = env::default_omp_threads(inputs.cores, local_processes);
   }
-  for (std::size_t j = 0; j < local_servers.size(); ++j) {
-    env::WorkerContract c;
-    c.role = env::Role::kServer;
-    c.rank = local_servers[j];
-    c.world_size = plan.world_size;
-    c.endpoints = plan.endpoints;
-    c.server_endpoints = plan.server_endpoints;
-    c.current = plan.server_endpoints[c.rank];
-    c.local_rank = static_cast<int>(j);
-    c.local_world_size = static_cast<int>(local_servers.size());
-    plan.local.push_back(make_spec(std::move(c), options, inputs, plan));
-  }
-  for (std::size_t j = 0; j < local_trainers.size(); ++j) {
-    env::WorkerContract c;
-    c.role = env::Role::kTrainer;
-    c.rank = local_trainers[j];
-    c.world_size = plan.world_size;
-    c.endpoints = plan.endpoints;
-    c.server_endpoints = plan.server_endpoints;
-    c.current = plan.endpoints[c.rank];
-    c.local_rank = static_cast<int>(j);
-    c.local_world_size = static_cast<int>(local_trainers.size());
-    if (!options.selected_gpus.empty()) c.gpu = options.selected_gpus[j];
-    plan.local.push_back(make_spec(std::move(c), options, inputs, plan));
-  }
+  // This node's processes of one role: `ids` are their global indices, local ranks count within
+  // the role; trainers take the selected GPUs in order, servers none.
+  auto add_local = [&](env::Role role, const std::vector<int>& ids) {
+    const bool server = role == env::Role::kServer;
+    for (std::size_t j = 0; j < ids.size(); ++j) {
+      env::WorkerContract c;
+      c.role = role;
+      c.rank = ids[j];
+      c.world_size = plan.world_size;
+      c.endpoints = plan.endpoints;
+      c.server_endpoints = plan.server_endpoints;
+      c.current = server ? plan.server_endpoints[c.rank] : plan.endpoints[c.rank];
+      c.local_rank = static_cast<int>(j);
+      c.local_world_size = static_cast<int>(ids.size());
+      if (!server && !options.selected_gpus.empty()) c.gpu = options.selected_gpus[j];
+      plan.local.push_back(make_spec(std::move(c), options, inputs, plan));
+    }
+  };
+  add_local(env::Role::kServer, local_servers);
+  add_local(env::Role::kTrainer, local_trainers);
   return plan;
 }
 
