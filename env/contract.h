@@ -49,6 +49,11 @@ inline constexpr const char* kRestartCount = "DDL_RESTART_COUNT";  // 0 on the f
 inline constexpr const char* kLogLevel = "DDL_LOG_LEVEL";      // debug|info|warn|error
 inline constexpr const char* kFault = "DDL_FAULT";             // fault injection (testing aid)
 
+// The exit code of a worker that gave up at a rendezvous or collective deadline (as timeout(1)
+// exits). The launcher then takes the stack traces of the processes still running before it
+// stops them: the stuck peer is among them (launcher/diagnose/).
+inline constexpr int kDeadlineExitCode = 124;
+
 // Default rendezvous deadline when the contract does not set one.
 inline constexpr std::chrono::milliseconds kDefaultRendezvousTimeout{300'000};
 

@@ -141,11 +141,12 @@ void read_archive(const std::string& path, torch::serialize::InputArchive& archi
   }
 }
 
-TrainingPosition load_checkpoint(const std::string& path, torch::nn::Module& module,
-                                 torch::optim::Optimizer& optimizer, const torch::Device& device,
-                                 const TrainingPosition& expected) {
-  torch::serialize::InputArchive archive;
-  read_archive(path, archive, device);
+namespace {
+
+// Restores from an archive read already; `path` names it in errors.
+TrainingPosition restore(torch::serialize::InputArchive& archive, const std::string& path,
+                         torch::nn::Module& module, torch::optim::Optimizer& optimizer,
+                         const TrainingPosition& expected) {
   c10::IValue format;
   if (!archive.try_read("format", format) || !format.isString() ||
       format.toStringRef() != kFormat) {
@@ -179,6 +180,31 @@ TrainingPosition load_checkpoint(const std::string& path, torch::nn::Module& mod
                                     e.what_without_backtrace());
   }
   return pos;
+}
+
+}  // namespace
+
+TrainingPosition load_checkpoint(const std::string& path, torch::nn::Module& module,
+                                 torch::optim::Optimizer& optimizer, const torch::Device& device,
+                                 const TrainingPosition& expected) {
+  torch::serialize::InputArchive archive;
+  read_archive(path, archive, device);
+  return restore(archive, path, module, optimizer, expected);
+}
+
+TrainingPosition load_checkpoint_bytes(const std::string& bytes, const std::string& name,
+                                       torch::nn::Module& module,
+                                       torch::optim::Optimizer& optimizer,
+                                       const torch::Device& device,
+                                       const TrainingPosition& expected) {
+  torch::serialize::InputArchive archive;
+  try {
+    archive.load_from(bytes.data(), bytes.size(), device);
+  } catch (const c10::Error& e) {
+    throw CheckpointError(
+        name, std::string("not a readable LibTorch archive: ") + e.what_without_backtrace());
+  }
+  return restore(archive, name, module, optimizer, expected);
 }
 
 }  // namespace ddl::mnist

@@ -49,6 +49,14 @@ TrainingPosition load_checkpoint(const std::string& path, torch::nn::Module& mod
                                  torch::optim::Optimizer& optimizer, const torch::Device& device,
                                  const TrainingPosition& expected);
 
+// The same from the bytes of a checkpoint file (what rank 0 read and broadcast to the others);
+// `name` names it in errors.
+TrainingPosition load_checkpoint_bytes(const std::string& bytes, const std::string& name,
+                                       torch::nn::Module& module,
+                                       torch::optim::Optimizer& optimizer,
+                                       const torch::Device& device,
+                                       const TrainingPosition& expected);
+
 // The atomic write and the checked read under both, for other archives (a parameter server's
 // shard): write_archive throws CheckpointError like save_checkpoint; read_archive throws it for a
 // missing or unreadable file.

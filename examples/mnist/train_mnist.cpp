@@ -18,7 +18,7 @@
 // from it on every rank, mid-epoch included.
 //
 // Exit codes: 0 done, 1 training failed, 2 bad options, 3 bad data, 4 checkpoint problem,
-// 5 environment / rendezvous / collective failure.
+// 5 environment / rendezvous / collective failure, 124 a rendezvous or collective deadline passed.
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
@@ -28,6 +28,7 @@
 #include <cxxopts.hpp>
 #include <malloc.h>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -56,7 +57,15 @@ namespace {
 namespace fs = std::filesystem;
 using mnist::MnistNet;
 
-enum ExitCode { kOk = 0, kFailed = 1, kUsage = 2, kBadData = 3, kBadCheckpoint = 4, kParallel = 5 };
+enum ExitCode {
+  kOk = 0,
+  kFailed = 1,
+  kUsage = 2,
+  kBadData = 3,
+  kBadCheckpoint = 4,
+  kParallel = 5,
+  kDeadline = env::kDeadlineExitCode,
+};
 
 class UsageError : public std::runtime_error {
  public:
@@ -233,30 +242,47 @@ class Replicas {
   virtual void describe(nlohmann::json& summary) const { (void)summary; }
 };
 
-// The collective path: rank 0 writes <save>.pt; every rank restores it on resume and DataParallel
-// then broadcasts rank 0's parameters.
+enum class ResumeRule { kNever, kIfPresent, kRequired };
+
+// The collective path: rank 0 writes <save>.pt. On resume rank 0 reads it and broadcasts its
+// bytes, so every rank restores the same checkpoint, the one rank 0 sees (the other ranks need no
+// shared file system); DataParallel then broadcasts rank 0's parameters.
 class CollectiveReplicas : public Replicas {
  public:
   CollectiveReplicas(const Options& opt, const ParallelEnv& env, MnistNet& model,
-                     const torch::Device& device, const std::string& checkpoint, bool resume,
+                     const torch::Device& device, const std::string& checkpoint, ResumeRule rule,
                      mnist::TrainingPosition& position)
       : env_(env), model_(model), checkpoint_(checkpoint) {
     ContextOptions context_options;
     context_options.backend = device.is_cuda() ? Backend::kAuto : Backend::kGloo;
     ctx_ = prepare_context(env, context_options);
     optimizer_ = mnist::make_optimizer(opt.optimizer, model->parameters(), opt.lr);
-    if (resume) {
-      position = mnist::load_checkpoint(checkpoint, *model, *optimizer_, device, position);
-      spdlog::info("resumed from {}: epoch {}, batch {}, step {} (written by a world of {})",
-                   checkpoint, position.epoch, position.batch, position.global_step,
-                   position.world_size);
-      position.world_size = env.world_size;
+    if (rule != ResumeRule::kNever) {
+      const std::optional<std::string> bytes = checkpoint_from_rank0(rule == ResumeRule::kRequired);
+      if (bytes) {
+        position = mnist::load_checkpoint_bytes(*bytes, checkpoint + " (rank 0's)", *model,
+                                                *optimizer_, device, position);
+        spdlog::info("resumed from {}: epoch {}, batch {}, step {} (written by a world of {})",
+                     checkpoint, position.epoch, position.batch, position.global_step,
+                     position.world_size);
+        if (position.world_size != env.world_size && position.batch > 0) {
+          // An elastic restart changed the world: the images of the epoch already seen are
+          // batch * old world batches; continue at the same share of the epoch in the new one.
+          const std::int64_t batch = position.batch * position.world_size / env.world_size;
+          spdlog::info("the world changed from {} to {} rank(s): continuing epoch {} at batch {}",
+                       position.world_size, env.world_size, position.epoch, batch);
+          position.batch = batch;
+        }
+        position.world_size = env.world_size;
+        resumed_ = true;
+      }
     }
     model->use_channels_last();  // a checkpoint may have brought its own layout back
     dp_ = std::make_unique<DataParallel>(*model, *ctx_);
   }
 
   std::string mode() const override { return "collective"; }
+  bool resumed() const { return resumed_; }
 
   void step(const torch::Tensor& loss) override {
     // Change 4: scale the loss, all-reduce the gradients, then step as on one device.
@@ -286,6 +312,39 @@ class CollectiveReplicas : public Replicas {
   }
 
  private:
+  // Rank 0's checkpoint file, on every rank: nullopt when rank 0 has none (an error when
+  // `required`, on every rank alike).
+  std::optional<std::string> checkpoint_from_rank0(bool required) {
+    std::string bytes;
+    std::int64_t size = 0;
+    if (env_.rank == 0) {
+      std::error_code ec;
+      if (fs::is_regular_file(checkpoint_, ec)) {
+        std::ifstream in(checkpoint_, std::ios::binary);
+        bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+        size = in.bad() ? -2 : static_cast<std::int64_t>(bytes.size());
+      } else {
+        size = -1;
+      }
+    }
+    torch::Tensor header = torch::tensor({size}, torch::kLong).to(ctx_->device);
+    ctx_->comm->broadcast(header, 0);
+    size = header.cpu()[0].item<std::int64_t>();
+    if (size == -2) throw mnist::CheckpointError(checkpoint_, "rank 0 could not read it");
+    if (size < 0) {
+      if (required) throw mnist::CheckpointError(checkpoint_, "rank 0 has no checkpoint there");
+      return std::nullopt;
+    }
+    torch::Tensor data = env_.rank == 0
+                             ? torch::from_blob(bytes.data(), {size}, torch::kUInt8).clone()
+                             : torch::empty({size}, torch::kUInt8);
+    data = data.to(ctx_->device);
+    ctx_->comm->broadcast(data, 0);
+    data = data.cpu().contiguous();
+    return std::string(static_cast<const char*>(data.data_ptr()), static_cast<std::size_t>(size));
+  }
+
+  bool resumed_ = false;
   const ParallelEnv& env_;
   MnistNet& model_;
   std::string checkpoint_;
@@ -509,11 +568,14 @@ int train(const Options& opt) {
     resumed = ps->resumed();
     replicas = std::move(ps);
   } else {
-    std::error_code ec;
-    resumed =
-        opt.resume || (restart_count > 0 && !checkpoint.empty() && fs::exists(checkpoint, ec));
-    replicas = std::make_unique<CollectiveReplicas>(opt, env, model, device, checkpoint, resumed,
-                                                    position);
+    // --resume needs the checkpoint; a restart by the launcher uses it when there is one.
+    const ResumeRule rule = opt.resume                                  ? ResumeRule::kRequired
+                            : restart_count > 0 && !checkpoint.empty() ? ResumeRule::kIfPresent
+                                                                        : ResumeRule::kNever;
+    auto collective = std::make_unique<CollectiveReplicas>(opt, env, model, device, checkpoint,
+                                                           rule, position);
+    resumed = collective->resumed();
+    replicas = std::move(collective);
   }
   model->train();
   const FaultInjector faults(vars, env.rank, restart_count);
@@ -551,6 +613,8 @@ int train(const Options& opt) {
     const std::vector<torch::Tensor> batches = sampler.batches(static_cast<int>(epoch));
     const std::int64_t first_batch = epoch == position.epoch ? position.batch : 0;
     const auto started = std::chrono::steady_clock::now();
+    torch::Tensor epoch_loss_sum;  // summed on the device: no sync per step
+    std::int64_t epoch_steps = 0;
     std::int64_t batch_id = first_batch;
     for (; batch_id < static_cast<std::int64_t>(batches.size()) && !out_of_steps(); ++batch_id) {
       const torch::Tensor index = batches[batch_id].to(device);
@@ -561,6 +625,8 @@ int train(const Options& opt) {
       ++steps;
       ++position.global_step;
       last_loss = loss.detach();
+      epoch_loss_sum = epoch_loss_sum.defined() ? epoch_loss_sum + last_loss : last_loss.clone();
+      ++epoch_steps;
       // Testing aid (DDL_FAULT): fail here, after the step's collectives, as a crash would.
       faults.at_step(position.global_step);
 
@@ -577,8 +643,20 @@ int train(const Options& opt) {
       }
     }
     if (last_loss.defined()) last_loss.item<float>();  // waits for the device's queued work
-    train_seconds +=
+    const double epoch_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    train_seconds += epoch_seconds;
+    if (epoch_steps > 0) {
+      // For the run report (launcher/report/): this rank's mean loss and rate in the epoch.
+      const double mean = epoch_loss_sum.item<double>() / static_cast<double>(epoch_steps);
+      const double rate = epoch_seconds > 0 ? static_cast<double>(epoch_steps * opt.batch_size) /
+                                                  epoch_seconds
+                                            : 0.0;
+      char rate_text[32];
+      std::snprintf(rate_text, sizeof rate_text, "%.1f", rate);
+      print_line("epoch: " + std::to_string(epoch) + ", mean loss: " + format_loss(static_cast<float>(mean)) +
+                 ", images/s: " + rate_text);
+    }
 
     accuracy = replicas->evaluate(model, test_set);
     evaluated_last = true;
@@ -650,8 +728,12 @@ int main(int argc, char** argv) {
     return fail(kBadCheckpoint, e.what());
   } catch (const env::EnvError& e) {
     return fail(kParallel, std::string("environment: ") + e.what());
+  } catch (const StoreTimeout& e) {
+    return fail(kDeadline, std::string("rendezvous store: ") + e.what());
   } catch (const StoreError& e) {
     return fail(kParallel, std::string("rendezvous store: ") + e.what());
+  } catch (const CommTimeout& e) {
+    return fail(kDeadline, std::string("collective: ") + e.what());
   } catch (const CommError& e) {
     return fail(kParallel, std::string("collective: ") + e.what());
   } catch (const ps::PsError& e) {

@@ -32,6 +32,7 @@ NodeTopology resolve_topology(const LaunchOptions& o, const env::EnvMap& env) {
   if (o.nnodes || o.node_rank || o.master_addr) {
     t.source = "--nnodes/--node_rank/--master_addr";
     t.nnodes = o.nnodes.value_or(1);
+    t.min_nnodes = o.min_nnodes.value_or(t.nnodes);
     t.node_rank = o.node_rank.value_or(0);
     t.control = env::Endpoint{o.master_addr.value_or(kDefaultNodeIp), control_port(o)};
     if (o.node_ip_given || t.nnodes == 1) t.local_host = o.node_ip;
@@ -40,7 +41,7 @@ NodeTopology resolve_topology(const LaunchOptions& o, const env::EnvMap& env) {
   if (o.node_flags_given()) {
     t.source = "--cluster_node_ips";
     t.hosts = o.cluster_node_ips;
-    t.nnodes = static_cast<int>(t.hosts.size());
+    t.nnodes = t.min_nnodes = static_cast<int>(t.hosts.size());
     t.node_rank = o.node_index();
     t.local_host = o.node_ip;
     t.control = env::Endpoint{t.hosts.front(), control_port(o)};
@@ -51,7 +52,7 @@ NodeTopology resolve_topology(const LaunchOptions& o, const env::EnvMap& env) {
                env::kSlurmJobNodelist + "=" + join(slurm->hosts) + ", " + env::kSlurmNodeId +
                "=" + std::to_string(slurm->node_rank) + ")";
     t.hosts = slurm->hosts;
-    t.nnodes = static_cast<int>(t.hosts.size());
+    t.nnodes = t.min_nnodes = static_cast<int>(t.hosts.size());
     t.node_rank = slurm->node_rank;
     t.local_host = t.hosts[t.node_rank];
     t.control = env::Endpoint{t.hosts.front(), control_port(o)};

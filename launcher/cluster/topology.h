@@ -11,6 +11,8 @@
 // - Slurm's (no node flag at all, and SLURM_JOB_NODELIST, SLURM_NNODES, SLURM_NODEID set; see
 //   env/slurm.h): the expanded node list and SLURM_NODEID, as if given with Paddle's flags. A
 //   one-node allocation is a single-node job like any other.
+// --nnodes=MIN:MAX (torchrun's elastic spelling) gives nnodes = MAX and min_nnodes = MIN; each
+// node still names itself with --node_rank (< MAX), and node 0 hosts the control store.
 // With more than one node, node 0's launcher hosts the control store at
 // <node 0's address>:<control port>, the port being --master_port, else --started_port - 1, else
 // kDefaultControlPort (29500).
@@ -26,7 +28,8 @@
 namespace ddl::launcher {
 
 struct NodeTopology {
-  int nnodes = 1;
+  int nnodes = 1;      // elastic: the most nodes (MAX of --nnodes=MIN:MAX)
+  int min_nnodes = 1;  // the fewest nodes the job runs on (nnodes unless elastic)
   int node_rank = 0;
   std::vector<std::string> hosts;  // every node's address, when given (not with torchrun's)
   // This node's address in its workers' endpoints; unset: find the route towards control.host.
@@ -35,6 +38,7 @@ struct NodeTopology {
   std::string source;     // how the nodes were given, for messages ("--cluster_node_ips", ...)
 
   bool multi_node() const { return nnodes > 1; }
+  bool elastic() const { return min_nnodes < nnodes; }
 };
 
 // Throws PlanError (launcher/cluster/plan.h) for a control port out of range, env::EnvError for a

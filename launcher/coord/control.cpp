@@ -17,6 +17,21 @@ using std::chrono::milliseconds;
 
 constexpr const char* kFailedKey = "failed";
 constexpr const char* kJobIdKey = "job_id";
+constexpr const char* kOverKey = "over";        // node 0 finished: nobody is admitted any more
+constexpr const char* kCurrentKey = "current";  // the newest generation whose members are known
+
+std::string gen_key(const char* family, int generation) {
+  return std::string(family) + "/" + std::to_string(generation);
+}
+std::string join_key(int generation, int node) {
+  return gen_key("join", generation) + "/" + std::to_string(node);
+}
+
+std::string list_set(const std::set<int>& nodes) {
+  std::string out;
+  for (int n : nodes) out += (out.empty() ? "" : ", ") + std::to_string(n);
+  return out;
+}
 
 Bytes bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
 std::string text(const Bytes& b) { return std::string(b.begin(), b.end()); }
@@ -41,7 +56,8 @@ struct NodeKeys {
         descriptions(store, "desc"),
         endpoints(store, "endpoints"),
         heartbeats(store, "hb"),
-        goodbyes(store, "bye") {}
+        goodbyes(store, "bye"),
+        waiting(store, "waiting") {}
 
   static std::string of(int node) { return std::to_string(node); }
 
@@ -50,6 +66,7 @@ struct NodeKeys {
   PrefixStore endpoints;     // the node's endpoints record
   PrefixStore heartbeats;    // a counter the node's watcher adds to
   PrefixStore goodbyes;      // set when the node's launcher is done
+  PrefixStore waiting;       // elastic: set by a node that waits to be admitted
 };
 
 }  // namespace
@@ -105,15 +122,17 @@ ControlChannel::Agreement ControlChannel::rendezvous(const JobDescription& mine,
   auto source = [&](const PrefixStore& view, int node) {
     return "key '" + view.full_key(NodeKeys::of(node)) + "' of the control store at " + where();
   };
+  description_ = mine;
   try {
     if (keys.claims.add(NodeKeys::of(me), 1) > 1) throw duplicate();
     if (me == 0) store_->set(kJobIdKey, bytes(encode_job_id(proposed_job_id)));
     keys.endpoints.set(NodeKeys::of(me), bytes(encode_endpoints(local)));
     keys.descriptions.set(NodeKeys::of(me), bytes(encode_description(mine)));
 
+    // Elastic: nobody knows which nodes will come, so each compares itself with node 0 only.
     std::vector<int> pending;
     for (int n = 0; n < options_.nnodes; ++n) {
-      if (n != me) pending.push_back(n);
+      if (n != me && (!elastic() || n == 0)) pending.push_back(n);
     }
     while (true) {
       for (auto it = pending.begin(); it != pending.end();) {
@@ -149,19 +168,6 @@ ControlChannel::Agreement ControlChannel::rendezvous(const JobDescription& mine,
     }
 
     Agreement agreement;
-    for (int n = 0; n < options_.nnodes; ++n) {
-      const std::vector<env::Endpoint> theirs =
-          n == me ? local
-                  : decode_endpoints(
-                        text(keys.endpoints.get(NodeKeys::of(n), options_.heartbeat_timeout)),
-                        source(keys.endpoints, n));
-      if (theirs.size() != local.size()) {
-        throw ControlError("node " + std::to_string(n) + " published " +
-                           std::to_string(theirs.size()) + " endpoint(s), this node " +
-                           std::to_string(local.size()));
-      }
-      agreement.endpoints.insert(agreement.endpoints.end(), theirs.begin(), theirs.end());
-    }
     agreement.job_id =
         me == 0 ? proposed_job_id
                 : decode_job_id(text(store_->get(kJobIdKey, options_.heartbeat_timeout)),
@@ -171,6 +177,228 @@ ControlChannel::Agreement ControlChannel::rendezvous(const JobDescription& mine,
   } catch (const StoreError& e) {
     throw ControlError("node " + std::to_string(me) + ": control store at " + where() + ": " +
                        e.what());
+  }
+}
+
+std::vector<int> ControlChannel::claimed_nodes(Store& store) {
+  NodeKeys keys(store);
+  std::vector<int> nodes;
+  for (int n = 0; n < options_.nnodes; ++n) {
+    if (n == options_.node_rank || keys.claims.add(NodeKeys::of(n), 0) > 0) nodes.push_back(n);
+  }
+  return nodes;
+}
+
+void ControlChannel::check_not_over(Store& store, const std::string& while_doing) {
+  if (auto failure = read_failure(store)) {
+    throw ControlError("the job failed " + while_doing + ": " + failure->str());
+  }
+  if (options_.node_rank != 0 && store.check({kOverKey})) {
+    throw ControlError("the job ended " + while_doing + " (node 0 finished it)");
+  }
+}
+
+std::vector<int> ControlChannel::decide_members(int generation, Clock::time_point deadline) {
+  NodeKeys keys(*store_);
+  const std::string what = "generation " + std::to_string(generation);
+  std::vector<int> previous;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    previous = current_members_;
+  }
+  std::optional<Clock::time_point> last_call;
+  while (true) {
+    check_not_over(*store_, "while node 0 formed " + what);
+    std::set<int> lost;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      lost = lost_nodes_;
+    }
+    std::set<int> joined;
+    for (int n = 0; n < options_.nnodes; ++n) {
+      if (lost.count(n) || !store_->check({join_key(generation, n)})) continue;
+      if (elastic() && n != 0 && !checked_.count(n)) {
+        const JobDescription theirs = decode_description(
+            text(keys.descriptions.get(NodeKeys::of(n), options_.heartbeat_timeout)),
+            "key '" + keys.descriptions.full_key(NodeKeys::of(n)) + "' of the control store");
+        if (auto why = description_mismatch(description_, 0, theirs, n)) throw ControlError(*why);
+        checked_.insert(n);
+      }
+      joined.insert(n);
+    }
+    const int count = static_cast<int>(joined.size());
+    // Who is still to come: every node with a fixed count; elastic, the first generation waits
+    // for up to nnodes, a later one for the previous members and the nodes waiting to be
+    // admitted, less the nodes declared lost.
+    std::set<int> expected;
+    if (!elastic() || generation == 0) {
+      for (int n = 0; n < options_.nnodes; ++n) expected.insert(n);
+    } else {
+      expected.insert(previous.begin(), previous.end());
+      for (int n = 0; n < options_.nnodes; ++n) {
+        if (keys.waiting.check({NodeKeys::of(n)})) expected.insert(n);
+      }
+    }
+    std::set<int> missing;
+    for (int n : expected) {
+      if (!joined.count(n)) missing.insert(n);
+    }
+    if (!elastic()) {
+      std::set<int> gone;
+      for (int n : missing) {
+        if (lost.count(n)) gone.insert(n);
+      }
+      if (!gone.empty()) {
+        throw ControlError("node(s) " + list_set(gone) + " of " + std::to_string(options_.nnodes) +
+                           " were lost; a job with a fixed --nnodes cannot start " + what +
+                           " without them (--nnodes=MIN:MAX lets it go on with fewer)");
+      }
+    } else {
+      for (int n : lost) missing.erase(n);
+    }
+    const auto now = Clock::now();
+    if (count >= min_nodes()) {
+      if (missing.empty()) return {joined.begin(), joined.end()};
+      if (!last_call) last_call = now + options_.last_call_timeout;
+      if (now >= *last_call || now >= deadline) {
+        spdlog::info("{}: starting with {} node(s) ({}); node(s) {} did not join in time", what,
+                     count, list_set(joined), list_set(missing));
+        return {joined.begin(), joined.end()};
+      }
+    } else if (now >= deadline) {
+      throw ControlError(std::to_string(count) + " node(s) (" + list_set(joined) + ") joined " +
+                         what + " at the control store at " + where() + " within the rendezvous "
+                         "deadline (" + seconds_text(options_.rendezvous_timeout) + " s), " +
+                         std::to_string(min_nodes()) + " are needed; missing: " +
+                         list_set(missing));
+    }
+    std::this_thread::sleep_for(kControlPollInterval);
+  }
+}
+
+Membership ControlChannel::join_generation(Generation requested) {
+  const int me = options_.node_rank;
+  NodeKeys keys(*store_);
+  const auto deadline = Clock::now() + options_.rendezvous_timeout;
+  int generation = requested.index();
+  try {
+    store_->set(join_key(generation, me), bytes("1"));
+    std::vector<int> nodes;
+    if (me == 0) {
+      nodes = decide_members(generation, deadline);
+      store_->set(gen_key("members", generation),
+                  bytes(encode_members(Members{generation, nodes})));
+      store_->set(kCurrentKey, bytes(std::to_string(generation)));
+    } else {
+      while (true) {
+        const std::string key = gen_key("members", generation);
+        const std::string what = "generation " + std::to_string(generation);
+        if (store_->check({key})) {
+          const Members m = decode_members(text(store_->get(key, milliseconds(0))),
+                                           "key '" + key + "' of the control store at " + where());
+          if (std::find(m.nodes.begin(), m.nodes.end(), me) != m.nodes.end()) {
+            nodes = m.nodes;
+            break;
+          }
+          if (!elastic() || !requested.first()) {
+            throw ControlError("node 0 formed " + what + " without this node (node " +
+                               std::to_string(me) + "): it was taken for lost");
+          }
+          // Late: wait to be admitted into the next generation.
+          if (!keys.waiting.check({NodeKeys::of(me)})) {
+            spdlog::info("node {}: the job is running without this node ({}); waiting to be "
+                         "admitted at its next restart",
+                         me, what);
+            keys.waiting.set(NodeKeys::of(me), bytes("1"));
+          }
+          ++generation;
+          store_->set(join_key(generation, me), bytes("1"));
+          continue;
+        }
+        check_not_over(*store_, "before node " + std::to_string(me) + " could join " + what);
+        if (Clock::now() >= deadline) {
+          throw ControlError("node 0 did not form " + what + " within the rendezvous deadline (" +
+                             seconds_text(options_.rendezvous_timeout) +
+                             " s, --rendezvous_timeout)");
+        }
+        store_->wait_for({key}, kControlPollInterval);
+      }
+    }
+    Membership m;
+    m.generation = Generation(generation);
+    m.nodes = nodes;
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+      if (nodes[i] == me) m.position = static_cast<int>(i);
+      const std::vector<env::Endpoint> theirs = decode_endpoints(
+          text(keys.endpoints.get(NodeKeys::of(nodes[i]), options_.heartbeat_timeout)),
+          "key '" + keys.endpoints.full_key(NodeKeys::of(nodes[i])) + "' of the control store");
+      if (i > 0 && theirs.size() * i != m.endpoints.size()) {
+        throw ControlError("node " + std::to_string(nodes[i]) + " published " +
+                           std::to_string(theirs.size()) + " endpoint(s), node " +
+                           std::to_string(nodes[0]) + " " + std::to_string(m.endpoints.size() / i));
+      }
+      m.endpoints.insert(m.endpoints.end(), theirs.begin(), theirs.end());
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      current_generation_ = generation;
+      current_members_ = nodes;
+    }
+    return m;
+  } catch (const StoreError& e) {
+    throw ControlError("node " + std::to_string(me) + ": control store at " + where() + ": " +
+                       e.what());
+  }
+}
+
+void ControlChannel::report_generation_failure(Generation generation, const FailureNotice& notice) {
+  const FailureRecord record{options_.node_rank, notice.rank, notice.exit_code, notice.what};
+  try {
+    const Bytes mine = bytes(encode_failure(record));
+    const std::optional<Bytes> now =
+        store_->compare_set(gen_key("gfailed", generation.index()), std::nullopt, mine);
+    if (now && *now == mine) {
+      spdlog::info("told the other nodes: generation {} failed: {}", generation.index(),
+                   record.str());
+    }
+  } catch (const StoreError& e) {
+    spdlog::error("could not tell the other nodes that generation {} failed ({}): {}",
+                  generation.index(), record.str(), e.what());
+  }
+}
+
+void ControlChannel::report_generation_success(Generation generation) {
+  try {
+    store_->add(gen_key("done", generation.index()), 1);
+  } catch (const StoreError& e) {
+    spdlog::error("could not tell the other nodes that this node's part of generation {} "
+                  "succeeded: {}",
+                  generation.index(), e.what());
+  }
+}
+
+void ControlChannel::admit_waiting(Store& store, std::set<int>& triggered) {
+  int generation;
+  std::vector<int> members;
+  std::set<int> lost;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    generation = current_generation_;
+    members = current_members_;
+    lost = lost_nodes_;
+  }
+  if (generation < 0 || generation >= options_.max_restarts || triggered.count(generation)) return;
+  NodeKeys keys(store);
+  for (int n = 0; n < options_.nnodes; ++n) {
+    if (lost.count(n) || std::find(members.begin(), members.end(), n) != members.end()) continue;
+    if (!keys.waiting.check({NodeKeys::of(n)})) continue;
+    triggered.insert(generation);
+    const FailureRecord record{0, std::nullopt, 0,
+                               "node " + std::to_string(n) +
+                                   " asks to join the job: re-forming it with the new node"};
+    spdlog::info("{}", record.what);
+    store.compare_set(gen_key("gfailed", generation), std::nullopt, bytes(encode_failure(record)));
+    return;
   }
 }
 
@@ -213,7 +441,10 @@ void ControlChannel::watch_loop(std::shared_ptr<ExternalStop> stop) {
     Clock::time_point changed;
   };
   std::map<int, Beat> beats;
-  std::set<int> gone;  // said goodbye or declared lost
+  std::set<int> gone;                 // said goodbye or declared lost
+  std::set<int> failure_delivered;    // generations whose failure was passed on
+  std::set<int> success_delivered;    // ... whose success was
+  std::set<int> admissions;           // node 0: generations failed to admit a waiting node
   NodeKeys watch_keys(*watch_store_);
   while (!stopping_) {
     try {
@@ -222,26 +453,60 @@ void ControlChannel::watch_loop(std::shared_ptr<ExternalStop> stop) {
         watch_keys.heartbeats.add(NodeKeys::of(me), 1);
         next_beat = now + options_.heartbeat_interval;
       }
-      if (!delivered) {
-        if (watch_store_->wait_for({kFailedKey}, kControlPollInterval)) {
-          const auto record = read_failure(*watch_store_);
-          delivered = true;
-          {
-            std::lock_guard<std::mutex> lock(mutex_);
-            seen_failure_ = record;
+      int generation;
+      std::size_t members;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        generation = current_generation_;
+        members = current_members_.size();
+      }
+      // Sleeps until the poll interval passed or the running generation failed somewhere.
+      const std::string gfailed = gen_key("gfailed", generation);
+      if (generation >= 0 && !failure_delivered.count(generation)) {
+        if (watch_store_->wait_for({gfailed}, kControlPollInterval)) {
+          failure_delivered.insert(generation);
+          const std::string value = text(watch_store_->get(gfailed, milliseconds(0)));
+          FailureRecord record;
+          try {
+            record = decode_failure(value, "key '" + gfailed + "' of the control store at " +
+                                               where());
+          } catch (const RecordError& e) {
+            record = FailureRecord{-1, std::nullopt, 1, e.what()};
           }
-          if (record && record->node != me) {
-            stop->request(record->exit_code, "node " + std::to_string(record->node) +
-                                                 " failed first (" + record->str() + ")");
+          if (record.node != me || record.exit_code == 0) {
+            stop->generation_failed(Generation(generation), record.exit_code,
+                                    "generation " + std::to_string(generation) +
+                                        " failed on node " + std::to_string(record.node) + ": " +
+                                        record.what);
           }
         }
       } else {
         std::this_thread::sleep_for(kControlPollInterval);
       }
+      if (generation >= 0 && !success_delivered.count(generation) &&
+          !failure_delivered.count(generation) &&
+          watch_store_->add(gen_key("done", generation), 0) >=
+              static_cast<std::int64_t>(members)) {
+        success_delivered.insert(generation);
+        stop->generation_succeeded(Generation(generation));
+      }
+      if (!delivered && watch_store_->check({kFailedKey})) {
+        const auto record = read_failure(*watch_store_);
+        delivered = true;
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          seen_failure_ = record;
+        }
+        if (record && record->node != me) {
+          stop->request(record->exit_code, "node " + std::to_string(record->node) +
+                                               " failed first (" + record->str() + ")");
+        }
+      }
       if (me != 0) continue;
+      if (elastic()) admit_waiting(*watch_store_, admissions);
       now = Clock::now();
-      for (int n = 1; n < options_.nnodes; ++n) {
-        if (gone.count(n)) continue;
+      for (int n : claimed_nodes(*watch_store_)) {
+        if (n == 0 || gone.count(n)) continue;
         if (watch_keys.goodbyes.check({NodeKeys::of(n)})) {
           gone.insert(n);
           continue;
@@ -255,16 +520,28 @@ void ControlChannel::watch_loop(std::shared_ptr<ExternalStop> stop) {
         }
         if (now - beat.changed < options_.heartbeat_timeout) continue;
         gone.insert(n);
+        std::vector<int> current;
         {
           std::lock_guard<std::mutex> lock(mutex_);
           lost_nodes_.insert(n);
+          current = current_members_;
         }
         const FailureRecord lost{n, std::nullopt, 1,
                                  "node " + std::to_string(n) +
                                      "'s launcher stopped answering (no heartbeat for " +
                                      seconds_text(options_.heartbeat_timeout) + " s)"};
         spdlog::error("{}", lost.what);
-        publish_failure(*watch_store_, lost);  // seen by every watcher, this one included
+        const bool member = std::find(current.begin(), current.end(), n) != current.end();
+        if (elastic()) {
+          // The job goes on without it: the running generation fails and the next one is
+          // formed from the nodes still there.
+          if (member) {
+            watch_store_->compare_set(gen_key("gfailed", generation), std::nullopt,
+                                      bytes(encode_failure(lost)));
+          }
+        } else {
+          publish_failure(*watch_store_, lost);  // seen by every watcher, this one included
+        }
       }
     } catch (const StoreError& e) {
       if (stopping_) return;
@@ -302,6 +579,11 @@ std::optional<FailureRecord> ControlChannel::finish() {
       spdlog::debug("could not say goodbye to node 0: {}", e.what());
     }
   } else {
+    try {
+      store_->set(kOverKey, bytes("1"));  // nodes still waiting to be admitted give up
+    } catch (const StoreError& e) {
+      spdlog::debug("control store: {}", e.what());
+    }
     std::optional<Clock::time_point> linger_deadline;
     while (true) {
       std::vector<int> pending;
@@ -311,8 +593,10 @@ std::optional<FailureRecord> ControlChannel::finish() {
           std::lock_guard<std::mutex> lock(mutex_);
           lost = lost_nodes_;
         }
-        for (int n = 1; n < options_.nnodes; ++n) {
-          if (!lost.count(n) && !keys.goodbyes.check({NodeKeys::of(n)})) pending.push_back(n);
+        for (int n : claimed_nodes(*store_)) {
+          if (n != 0 && !lost.count(n) && !keys.goodbyes.check({NodeKeys::of(n)})) {
+            pending.push_back(n);
+          }
         }
         if (pending.empty()) break;
         if (!linger_deadline && (store_->check({kFailedKey}) || !watcher_.joinable())) {

@@ -13,8 +13,24 @@
 //   declares a node that stops (and has not said goodbye) failed after heartbeat_timeout. The
 //   other nodes notice node 0's loss as a broken connection or a reply that does not come within
 //   heartbeat_timeout.
+// - run every generation as one: a generation (a start of the job, launcher/cluster/generation.h)
+//   begins with every node joining it ("join/<K>/<node>"); node 0 decides who takes part
+//   ("members/<K>", a Members record) and every node plans its ranks over those members. The
+//   first failure of generation K anywhere is published under "gfailed/<K>" (compare-and-set);
+//   every watcher then tells its supervisor (ExternalStop::generation_failed), which stops its
+//   processes of K and, while restarts are left, joins K+1 with the others. A node whose
+//   processes of K all exited 0 adds 1 to "done/<K>"; when that reaches the members' count every
+//   watcher says the job succeeded (ExternalStop::generation_succeeded).
+// - elastic node counts (min_nnodes < nnodes): node 0 starts a generation once min_nnodes have
+//   joined and no more are expected (the previous members, less those lost, plus nodes waiting
+//   to be admitted) or last_call_timeout after min_nnodes were there; a node lost while a
+//   generation runs fails that generation (restartable) instead of the job; a node that arrives
+//   while a generation runs sets "waiting/<node>" and node 0 fails the running generation so
+//   that the next one takes it in (while restarts are left). With a fixed count every node must
+//   join every generation and a lost node ends the job.
 // Records are JSON (launcher/coord/records.h); per-node keys live in one PrefixStore view per
 // family ("claim/<node>", "desc/<node>", "endpoints/<node>", "hb/<node>", "bye/<node>").
+// Node 0 must live as long as the job: it hosts the store (as torchrun's c10d rendezvous).
 // Single-node jobs use none of this.
 #pragma once
 
@@ -31,6 +47,7 @@
 #include <vector>
 
 #include "env/contract.h"
+#include "launcher/cluster/generation.h"
 #include "launcher/coord/records.h"
 #include "launcher/supervise/supervisor.h"
 
@@ -48,15 +65,26 @@ struct ControlOptions {
   std::string job_id;      // of the control store (the same on every node)
   std::string secret;      // DDL_JOB_SECRET
   int node_rank = 0;
-  int nnodes = 2;
+  int nnodes = 2;      // the most nodes (elastic: MAX)
+  int min_nnodes = 0;  // the fewest (elastic when below nnodes); 0: nnodes, a fixed count
+  int max_restarts = 0;  // job-wide; node 0 admits waiting nodes only while restarts are left
+  std::chrono::milliseconds last_call_timeout{30'000};
   std::chrono::milliseconds rendezvous_timeout{300'000};  // to join and agree
-  std::chrono::milliseconds heartbeat_interval{500};
-  std::chrono::milliseconds heartbeat_timeout{5'000};
+  std::chrono::milliseconds heartbeat_interval{250};
+  std::chrono::milliseconds heartbeat_timeout{4'000};
   // How long node 0 keeps the store up, after its job failed, for the other nodes to say goodbye.
   std::chrono::milliseconds linger_timeout{15'000};
 };
 
-inline constexpr std::chrono::milliseconds kControlPollInterval{200};
+inline constexpr std::chrono::milliseconds kControlPollInterval{100};
+
+// One generation's part of the job, as node 0 decided it.
+struct Membership {
+  Generation generation;
+  std::vector<int> nodes;                // taking part, ascending node ranks
+  std::vector<env::Endpoint> endpoints;  // every rank's, member-major
+  int position = 0;                      // this node's index in `nodes` (its node rank in plans)
+};
 
 // Move-less, copy-less: owns a server (node 0), two connections and the watch thread.
 class ControlChannel {
@@ -69,16 +97,29 @@ class ControlChannel {
   ControlChannel& operator=(const ControlChannel&) = delete;
 
   struct Agreement {
-    std::vector<env::Endpoint> endpoints;  // every rank's, node-major
-    std::string job_id;                    // node 0's proposal
+    std::string job_id;  // node 0's proposal
   };
 
-  // Publishes this node's description and endpoints (and, on node 0, `proposed_job_id`), waits
-  // for every node's, compares them and returns the job's endpoints. Throws ControlError for a
-  // mismatch, a second launcher claiming this node rank, a node missing at the deadline, or a
-  // lost connection, and RecordError (a ControlError) for a record that cannot be decoded.
+  // Publishes this node's description and endpoints (and, on node 0, `proposed_job_id`) and
+  // compares descriptions: with a fixed node count it waits for every node's; elastic, a node
+  // compares with node 0's (node 0 compares each node as it joins a generation). Throws
+  // ControlError for a mismatch, a second launcher claiming this node rank, a node missing at the
+  // deadline, or a lost connection, and RecordError (a ControlError) for a record that cannot be
+  // decoded.
   Agreement rendezvous(const JobDescription& mine, const std::vector<env::Endpoint>& local,
                        const std::string& proposed_job_id);
+
+  // Joins generation `generation` (see the header comment) and returns its membership, once node
+  // 0 decided it. A node that arrives late (elastic) waits to be admitted to a later generation,
+  // which is then the one returned. Throws ControlError: the job failed or ended meanwhile, too
+  // few nodes by the rendezvous deadline, a lost node of a fixed-size job, this node left out of
+  // a generation it was restarting into, a description that differs, a lost connection.
+  Membership join_generation(Generation generation);
+
+  // This node's processes of `generation` failed / all exited 0 (see the header comment).
+  // Thread-safe; never throw (a failure to publish is logged).
+  void report_generation_failure(Generation generation, const FailureNotice& notice);
+  void report_generation_success(Generation generation);
 
   // Starts the watch thread: heartbeats, the "failed" key (a failure of another node, or a lost
   // connection to node 0, becomes stop->request(code, reason)), and on node 0 the other nodes'
@@ -109,7 +150,19 @@ class ControlChannel {
   bool publish_failure(Store& store, const FailureRecord& record);
   std::string where() const;
 
+  bool elastic() const { return options_.min_nnodes > 0 && options_.min_nnodes < options_.nnodes; }
+  int min_nodes() const { return elastic() ? options_.min_nnodes : options_.nnodes; }
+  // Node 0: waits until generation K can start and publishes its members.
+  std::vector<int> decide_members(int generation, std::chrono::steady_clock::time_point deadline);
+  // The nodes that claimed a node rank so far.
+  std::vector<int> claimed_nodes(Store& store);
+  // Throws ControlError when the job failed for good or (not on node 0) ended.
+  void check_not_over(Store& store, const std::string& while_doing);
+  // Elastic, node 0's watcher: fails the running generation for a node waiting to be admitted.
+  void admit_waiting(Store& store, std::set<int>& triggered);
+
   ControlOptions options_;
+  JobDescription description_;  // this node's, for node 0's checks of late joiners
   std::unique_ptr<TcpStoreServer> server_;
   std::unique_ptr<TcpStore> store_;  // rendezvous, reports, finish (the supervisor's thread)
   std::unique_ptr<TcpStore> watch_store_;
@@ -119,6 +172,9 @@ class ControlChannel {
   std::set<int> lost_nodes_;        // node 0: nodes declared lost by the watcher
   std::optional<FailureRecord> seen_failure_;  // what the watcher read under "failed"
   std::set<int> joined_;            // nodes whose description was read
+  std::set<int> checked_;           // node 0, elastic: nodes whose description was compared
+  int current_generation_ = -1;     // the generation last joined (watcher: what to watch)
+  std::vector<int> current_members_;
 };
 
 }  // namespace ddl::launcher

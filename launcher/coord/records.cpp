@@ -17,6 +17,7 @@ constexpr const char* kDescriptionKind = "job description";
 constexpr const char* kEndpointsKind = "endpoints";
 constexpr const char* kJobIdKind = "job id";
 constexpr const char* kFailureKind = "failure";
+constexpr const char* kMembersKind = "members";
 
 // Reads one record of kind `kind`; every problem becomes a RecordError with the context.
 class Reader {
@@ -179,6 +180,29 @@ FailureRecord decode_failure(const std::string& text, std::string_view source) {
   f.exit_code = r.integer("exit_code", 0, 255);
   f.what = r.string("what");
   return f;
+}
+
+std::string encode_members(const Members& members) {
+  return to_text(json{{"record", kMembersKind},
+                      {"generation", members.generation},
+                      {"nodes", members.nodes}});
+}
+
+Members decode_members(const std::string& text, std::string_view source) {
+  const Reader r(text, kMembersKind, source);
+  Members m;
+  m.generation = r.integer("generation", 0, kMaxInt);
+  const json& nodes = r.array("nodes");
+  if (nodes.empty()) r.fail("\"nodes\" is empty");
+  for (const json& n : nodes) {
+    if (!n.is_number_integer() || n.get<long long>() < 0 || n.get<long long>() > kMaxInt) {
+      r.fail("\"nodes\" holds something that is not a node number");
+    }
+    const int node = n.get<int>();
+    if (!m.nodes.empty() && node <= m.nodes.back()) r.fail("\"nodes\" is not strictly ascending");
+    m.nodes.push_back(node);
+  }
+  return m;
 }
 
 }  // namespace ddl::launcher

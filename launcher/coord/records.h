@@ -4,6 +4,7 @@
 //   {"record":"endpoints","endpoints":["10.0.0.1:6170","10.0.0.1:6171"]}
 //   {"record":"job id","job_id":"3f9a..."}
 //   {"record":"failure","node":1,"rank":3,"exit_code":137,"what":"rank 3 was killed by ..."}
+//   {"record":"members","generation":2,"nodes":[0,2]}
 // ("rank" is absent when no trainer failed). Heartbeats, claims and goodbyes are store counters
 // and flags, not records. Every decoder checks the kind, every field's presence and type and the
 // values' ranges, and throws RecordError otherwise: a record from another version of `launch`, or
@@ -70,5 +71,14 @@ struct FailureRecord {
 
 std::string encode_failure(const FailureRecord& record);
 FailureRecord decode_failure(const std::string& text, std::string_view source);
+
+// Which nodes take part in one generation of the job (node 0 decides, launcher/coord/control.h).
+struct Members {
+  int generation = 0;
+  std::vector<int> nodes;  // ascending, not empty
+};
+
+std::string encode_members(const Members& members);
+Members decode_members(const std::string& text, std::string_view source);
 
 }  // namespace ddl::launcher

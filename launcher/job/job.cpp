@@ -15,6 +15,7 @@
 #include "launcher/cluster/plan.h"
 #include "launcher/cluster/topology.h"
 #include "launcher/coord/control.h"
+#include "launcher/report/run_report.h"
 #include "launcher/supervise/supervisor.h"
 #include "net/ports.h"
 
@@ -37,12 +38,15 @@ JobDescription describe_job(const LaunchOptions& options, const NodeTopology& to
   std::string hosts;
   for (const auto& h : topology.hosts) hosts += (hosts.empty() ? "" : ",") + h;
   JobDescription description = {
-      {"nnodes", std::to_string(topology.nnodes)},
+      {"nnodes", topology.elastic() ? std::to_string(topology.min_nnodes) + ":" +
+                                          std::to_string(topology.nnodes)
+                                    : std::to_string(topology.nnodes)},
       {"node list", hosts.empty() ? std::string("(each node publishes its own)") : hosts},
       {"nproc_per_node", std::to_string(options.nproc_per_node)},
       {"started_port", options.started_port ? std::to_string(*options.started_port) : "None"},
       {"worker program", std::filesystem::path(options.worker).filename().string()},
       {"control store", topology.control.str()},
+      {"max_restarts", std::to_string(options.max_restarts)},
   };
   // Only a parameter-server job has servers to agree on; a collective job's description is as
   // it always was.
@@ -70,12 +74,24 @@ void check_explicit_identity(const LaunchOptions& options,
                   env::kJobSecret + " on every one of them (not set here: " + missing + ")");
 }
 
-// Joins the other nodes through node 0's control store; fills the job id and the endpoints.
+// A generation's members become the plan's endpoints and this node's place among them.
+void use_membership(const Membership& membership, PlanInputs& inputs) {
+  inputs.cluster_endpoints = membership.endpoints;
+  inputs.node_rank = membership.position;
+  std::string nodes;
+  for (int n : membership.nodes) nodes += (nodes.empty() ? "" : ", ") + std::to_string(n);
+  spdlog::debug("generation {}: nodes {}; this node is number {} of them",
+                membership.generation.index(), nodes, membership.position);
+}
+
+// Joins the other nodes through node 0's control store; fills the job id, the endpoints and the
+// first generation this node runs (a later one for a node admitted into a running elastic job).
 std::unique_ptr<ControlChannel> form_multi_node_job(const LaunchOptions& options,
                                                     const NodeTopology& topology,
                                                     const std::optional<std::string>& caller_job_id,
                                                     const std::optional<std::string>& caller_secret,
-                                                    std::string& job_id, PlanInputs& inputs) {
+                                                    std::string& job_id, PlanInputs& inputs,
+                                                    Generation& first) {
   if (!caller_secret) {
     throw PlanError(std::string("a job of ") + std::to_string(topology.nnodes) + " nodes (from " +
                     topology.source + ") needs the same " + env::kJobSecret +
@@ -92,6 +108,9 @@ std::unique_ptr<ControlChannel> form_multi_node_job(const LaunchOptions& options
   control_options.secret = *caller_secret;
   control_options.node_rank = topology.node_rank;
   control_options.nnodes = topology.nnodes;
+  control_options.min_nnodes = topology.min_nnodes;
+  control_options.max_restarts = options.max_restarts;
+  control_options.last_call_timeout = options.last_call_timeout;
   control_options.rendezvous_timeout =
       options.rendezvous_timeout.value_or(env::kDefaultRendezvousTimeout);
   control_options.linger_timeout = options.kill_timeout + std::chrono::seconds(5);
@@ -111,20 +130,26 @@ std::unique_ptr<ControlChannel> form_multi_node_job(const LaunchOptions& options
             : net::pick_free_ports(net::resolve_ipv4(host), local_endpoint_count(options));
     const std::vector<env::Endpoint> local = local_endpoints(options, host, ports);
     agreement = control->rendezvous(describe_job(options, topology), local, job_id);
+    job_id = agreement.job_id;
+    const Membership membership = control->join_generation(Generation());
+    use_membership(membership, inputs);
+    first = membership.generation;
   } catch (const std::exception&) {
     control->abandon();
     throw;
   }
-  job_id = agreement.job_id;
-  inputs.cluster_endpoints = agreement.endpoints;
-  inputs.node_rank = topology.node_rank;
+  const int nodes = static_cast<int>(inputs.cluster_endpoints->size()) /
+                    std::max(1, local_endpoint_count(options));
   if (options.ps_job()) {
     spdlog::info("node {}: all {} node(s) agree; {} server(s), {} trainer(s)", topology.node_rank,
-                 topology.nnodes, options.server_num * topology.nnodes,
-                 options.worker_num * topology.nnodes);
+                 nodes, options.server_num * nodes, options.worker_num * nodes);
   } else {
-    spdlog::info("node {}: all {} node(s) agree; world size {}", topology.node_rank,
-                 topology.nnodes, agreement.endpoints.size());
+    spdlog::info("node {}: {} {} node(s) agree{}; world size {}", topology.node_rank,
+                 nodes == topology.nnodes ? "all" : "the", nodes,
+                 topology.elastic() ? " (elastic, " + std::to_string(topology.min_nnodes) + ".." +
+                                          std::to_string(topology.nnodes) + ")"
+                                    : std::string(),
+                 inputs.cluster_endpoints->size());
   }
   return control;
 }
@@ -163,13 +188,24 @@ int run_job(const LaunchOptions& options, const JobContext& context) {
   inputs.job_secret = caller_secret.value_or(random_hex(kJobSecretBytes));
 
   std::unique_ptr<ControlChannel> control;
+  Generation first_generation;
   if (topology.multi_node()) {
-    control = form_multi_node_job(options, topology, caller_job_id, caller_secret, job_id, inputs);
+    control = form_multi_node_job(options, topology, caller_job_id, caller_secret, job_id, inputs,
+                                  first_generation);
   }
   inputs.job_id = job_id;
 
-  // Each generation is a new rendezvous with its own job id (launcher/cluster/generation.h).
+  // Each generation is a new rendezvous with its own job id (launcher/cluster/generation.h); in a
+  // multi-node job every node joins it together, and node 0 says who takes part.
   auto plan_for = [&](Generation generation) {
+    if (control && generation != first_generation) {
+      const Membership membership = control->join_generation(generation);
+      if (membership.generation != generation) {
+        throw ControlError("node 0 formed generation " + std::to_string(generation.index()) +
+                           " without this node");
+      }
+      use_membership(membership, inputs);
+    }
     PlanInputs in = inputs;
     in.generation = generation;
     return make_plan(options, in);
@@ -182,7 +218,7 @@ int run_job(const LaunchOptions& options, const JobContext& context) {
   };
   ClusterPlan plan;
   try {
-    plan = plan_for(Generation());
+    plan = plan_for(first_generation);
   } catch (const std::exception& e) {
     fail_here(std::string("cannot plan the job: ") + e.what());
     throw;
@@ -211,7 +247,7 @@ int run_job(const LaunchOptions& options, const JobContext& context) {
     return launches;
   };
   const GenerationFactory generations = [&](Generation generation) {
-    if (generation.first()) return launches_of(plan);
+    if (generation == first_generation) return launches_of(plan);
     spdlog::debug("restart {}: job id {}", generation.index(), generation.job_id(job_id));
     return launches_of(plan_for(generation));
   };
@@ -222,6 +258,18 @@ int run_job(const LaunchOptions& options, const JobContext& context) {
   sup.restart_policy = RestartPolicy(options.max_restarts);
   sup.hang_timeout = options.hang_timeout;
   sup.server_grace = options.server_grace_or_default();
+  sup.first_generation = first_generation;
+  sup.indices_may_change = topology.elastic();
+  std::unique_ptr<RunReport> report;
+  if (options.report && options.log_dir) {
+    RunReport::JobInfo info;
+    info.job_id = job_id;
+    info.worker = executable;
+    info.node_rank = topology.node_rank;
+    info.nnodes = topology.nnodes;
+    report = std::make_unique<RunReport>(info);
+    sup.report = report.get();
+  }
   spdlog::debug("job {}: world size {}", job_id, plan.world_size);
   if (!control) return supervise(generations, sup).exit_code;
 
@@ -231,6 +279,12 @@ int run_job(const LaunchOptions& options, const JobContext& context) {
     control->watch(stop);
     sup.external_stop = stop;
     sup.on_failure = [&control](const FailureNotice& notice) { control->report_failure(notice); };
+    sup.on_generation_failure = [&control](Generation g, const FailureNotice& notice) {
+      control->report_generation_failure(g, notice);
+    };
+    sup.on_generation_success = [&control](Generation g) {
+      control->report_generation_success(g);
+    };
     outcome = supervise(generations, sup);
   } catch (const std::exception& e) {
     fail_here(e.what());

@@ -27,12 +27,12 @@ const std::set<std::string>& value_flags() {
       "node_ip",       "started_port", "log_level",      "kill_timeout", "rendezvous_timeout",
       "max_restarts",  "hang_timeout", "nnodes",         "node_rank",    "master_addr",
       "master_port",   "server_num",   "worker_num",     "servers",      "workers",
-      "server_grace"};
+      "server_grace",  "rdzv_conf"};
   return flags;
 }
 
 const std::set<std::string>& switch_flags() {
-  static const std::set<std::string> flags = {"quiet", "print_config", "help", "h", "version"};
+  static const std::set<std::string> flags = {"quiet", "print_config", "report", "help", "h", "version"};
   return flags;
 }
 
@@ -207,8 +207,10 @@ cxxopts::Options make_cxxopts() {
       "(default 127.0.0.1, or Slurm's node list inside an allocation)",
       text(), "ip1,ip2,...")("ips", "alias of --cluster_node_ips", text(), "ip1,ip2,...")(
       "node_ip", "this node's address, one of --cluster_node_ips (default 127.0.0.1)", text(),
-      "IP")("nnodes", "torchrun spelling: number of nodes (use with --node_rank, --master_addr)",
-            text(), "N")("node_rank", "torchrun spelling: this node's index, 0..nnodes-1", text(),
+      "IP")("nnodes",
+           "torchrun spelling: number of nodes (use with --node_rank, --master_addr); MIN:MAX "
+           "for an elastic job that runs on any number of nodes in between",
+           text(), "N|MIN:MAX")("node_rank", "torchrun spelling: this node's index, 0..nnodes-1", text(),
                          "K")("master_addr",
                               "torchrun spelling: node 0's address (hosts the control store)",
                               text(), "HOST")(
@@ -248,7 +250,14 @@ cxxopts::Options make_cxxopts() {
       "server_grace",
       "parameter-server job: once this node's trainers all exited 0, seconds its servers may take "
       "to exit before they are stopped (default: --kill_timeout)",
-      text(), "S")("h,help", "print this help")("version", "print the version");
+      text(), "S")("rdzv_conf",
+                   "elastic jobs: last_call_timeout=S, seconds to wait for more nodes once MIN "
+                   "have joined (default 30)",
+                   text(), "KEY=VALUE,...")(
+      "report",
+      "write LOG_DIR/report.json and LOG_DIR/report.html at the end of the job (default true)",
+      cxxopts::value<std::string>()->default_value("true")->implicit_value("true"), "BOOL")(
+      "h,help", "print this help")("version", "print the version");
   return o;
 }
 
@@ -380,7 +389,33 @@ LaunchOptions parse_options(int argc, const char* const argv[]) {
     o.node_ip_given = true;
   }
   if (r.count("nnodes")) {
-    o.nnodes = parse_int_flag("nnodes", r["nnodes"].as<std::string>(), 1, kMaxNodes);
+    const std::string v = r["nnodes"].as<std::string>();
+    const auto colon = v.find(':');
+    if (colon == std::string::npos) {
+      o.nnodes = parse_int_flag("nnodes", v, 1, kMaxNodes);
+    } else {
+      const int lo = parse_int_flag("nnodes", v.substr(0, colon), 1, kMaxNodes);
+      const int hi = parse_int_flag("nnodes", v.substr(colon + 1), 1, kMaxNodes);
+      if (lo > hi) bad_value("nnodes", v, "MIN:MAX with MIN <= MAX");
+      o.min_nnodes = lo;
+      o.nnodes = hi;
+    }
+  }
+  if (r.count("rdzv_conf")) {
+    const std::string v = r["rdzv_conf"].as<std::string>();
+    std::size_t start = 0;
+    while (start <= v.size()) {
+      const std::size_t comma = v.find(',', start);
+      const std::string item = v.substr(start, comma == std::string::npos ? comma : comma - start);
+      const std::size_t eq = item.find('=');
+      const std::string key = item.substr(0, eq);
+      if (eq == std::string::npos || key != "last_call_timeout") {
+        bad_value("rdzv_conf", v, "KEY=VALUE,... with KEY last_call_timeout");
+      }
+      o.last_call_timeout = parse_seconds("rdzv_conf", item.substr(eq + 1), true);
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
   }
   if (r.count("node_rank")) {
     o.node_rank = parse_int_flag("node_rank", r["node_rank"].as<std::string>(), 0, kMaxNodes - 1);
@@ -500,6 +535,13 @@ LaunchOptions parse_options(int argc, const char* const argv[]) {
   }
 
   o.print_config = parse_bool("print_config", r["print_config"].as<std::string>());
+  o.report = parse_bool("report", r["report"].as<std::string>());
+  if (o.elastic() && ps_job) {
+    throw OptionsError("--nnodes=" + std::to_string(*o.min_nnodes) + ":" +
+                       std::to_string(*o.nnodes) +
+                       ": elastic node counts are for collective jobs; a parameter-server job "
+                       "needs a fixed --nnodes");
+  }
 
   if (r.count("log_level")) {
     const std::string v = r["log_level"].as<std::string>();
@@ -563,7 +605,11 @@ std::string describe_options(const LaunchOptions& o) {
   os << "master_addr: " << o.master_addr.value_or("None") << "\n";
   os << "master_port: " << (o.master_port ? std::to_string(*o.master_port) : "None") << "\n";
   os << "max_restarts: " << o.max_restarts << "\n";
-  os << "nnodes: " << (o.nnodes ? std::to_string(*o.nnodes) : "None") << "\n";
+  os << "nnodes: "
+     << (o.elastic() ? std::to_string(*o.min_nnodes) + ":" + std::to_string(*o.nnodes)
+         : o.nnodes  ? std::to_string(*o.nnodes)
+                     : "None")
+     << "\n";
   os << "node_ip: " << o.node_ip << "\n";
   os << "node_rank: " << (o.node_rank ? std::to_string(*o.node_rank) : "None") << "\n";
   os << "nproc_per_node: " << o.nproc_per_node << "\n";

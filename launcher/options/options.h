@@ -49,7 +49,8 @@ struct LaunchOptions {
   // torchrun's spelling (launcher/cluster/topology.h maps it onto the node list): --nnodes, --node_rank,
   // --master_addr (node 0's address; it hosts the control store there). Exclusive with
   // --cluster_node_ips.
-  std::optional<int> nnodes;
+  std::optional<int> nnodes;      // --nnodes=N, or MAX of --nnodes=MIN:MAX
+  std::optional<int> min_nnodes;  // MIN of --nnodes=MIN:MAX (elastic when below nnodes)
   std::optional<int> node_rank;
   std::optional<std::string> master_addr;
   // --master_port: the control store's port in a multi-node job (either spelling); default:
@@ -75,6 +76,10 @@ struct LaunchOptions {
   // --server_grace (seconds): once every trainer of this node has exited 0, how long servers
   // still running may take to exit by themselves before they are stopped. Default: kill_timeout.
   std::optional<std::chrono::milliseconds> server_grace;
+  // Elastic jobs: after MIN nodes joined, how long to wait for more before starting
+  // (--rdzv_conf last_call_timeout=S, torchrun's spelling and default).
+  std::chrono::milliseconds last_call_timeout{30'000};
+  bool report = true;    // --report[=false]: write LOG_DIR/report.json and report.html
   bool help = false;     // --help / -h: print help_text() and exit 0 (WORKER not required)
   bool version = false;  // --version: print the version and exit 0 (WORKER not required)
 
@@ -86,6 +91,8 @@ struct LaunchOptions {
   // True when any node flag was given (--cluster_node_ips, --node_ip, --nnodes, --node_rank,
   // --master_addr): Slurm's environment is then ignored.
   bool node_flags_given() const;
+  // True for --nnodes=MIN:MAX with MIN < MAX: the job runs on any number of nodes in between.
+  bool elastic() const { return min_nnodes && nnodes && *min_nnodes < *nnodes; }
   // True for a parameter-server job (--server_num or --servers).
   bool ps_job() const { return server_num > 0; }
   // True when --servers/--workers name the endpoints.

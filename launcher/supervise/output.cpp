@@ -86,6 +86,7 @@ void ProcessOutput::emit_line() {
   std::string line;
   line.swap(partial_);
   if (echo_) console_.write(prefix_ + line + '\n');
+  if (sink_) sink_(line);
   tail_.push_back(std::move(line));
   if (static_cast<int>(tail_.size()) > kSummaryTailLines) tail_.pop_front();
 }

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <deque>
+#include <functional>
 #include <string>
 
 namespace ddl::launcher {
@@ -57,6 +58,9 @@ class ProcessOutput {
   // and, when `echo_separator`, to the console; the previous generation's lines are forgotten.
   void start_generation(const std::string& separator, bool echo_separator);
 
+  // Every whole line from now on (without its newline) also goes to `sink` (the run report).
+  void on_line(std::function<void(const std::string&)> sink) { sink_ = std::move(sink); }
+
   // The last kSummaryTailLines lines of the current generation.
   const std::deque<std::string>& tail() const { return tail_; }
   // The log file's path; empty without one.
@@ -76,6 +80,7 @@ class ProcessOutput {
   Console& console_;
   std::string partial_;
   std::deque<std::string> tail_;
+  std::function<void(const std::string&)> sink_;
 };
 
 }  // namespace ddl::launcher

@@ -8,13 +8,14 @@ namespace ddl::launcher {
 
 namespace {
 
-// kWorkerFailed and kHung share a level: whichever comes first stays.
+// kWorkerFailed, kHung and kPeerFailed share a level: whichever comes first stays.
 int level(JobState state) {
   switch (state) {
     case JobState::kRunning:
       return 0;
     case JobState::kWorkerFailed:
     case JobState::kHung:
+    case JobState::kPeerFailed:
       return 1;
     case JobState::kStoppedExternally:
       return 2;
@@ -36,6 +37,8 @@ std::string state_name(JobState state) {
       return "worker failed";
     case JobState::kHung:
       return "hung";
+    case JobState::kPeerFailed:
+      return "failed on another node";
     case JobState::kSpawnFailed:
       return "spawn failed";
     case JobState::kStoppedExternally:
@@ -67,7 +70,8 @@ RestartDecision RestartPolicy::decide(const GenerationEnd& end) const {
   } else {
     d.exit_code = 0;
   }
-  const bool restartable = end.state == JobState::kWorkerFailed || end.state == JobState::kHung;
+  const bool restartable = end.state == JobState::kWorkerFailed || end.state == JobState::kHung ||
+                           end.state == JobState::kPeerFailed;
   const bool failed = end.failure_exit_code.has_value();
   if (!failed || end.generation.index() >= max_restarts_) return d;
   if (end.state == JobState::kInterrupted && end.interrupt_signal) {

@@ -21,12 +21,13 @@ inline constexpr int kHangExitCode = 124;
 // The exit code when a worker could not be started (or a restart could not be prepared).
 inline constexpr int kSpawnFailedExitCode = 1;
 
-// Ordered: a later state overrides an earlier one, never the reverse (kWorkerFailed and kHung
-// are alternatives: the first of them stays).
+// Ordered: a later state overrides an earlier one, never the reverse (kWorkerFailed, kHung and
+// kPeerFailed are alternatives: the first of them stays).
 enum class JobState {
   kRunning,            // nothing has gone wrong (at the end: every process exited 0)
   kWorkerFailed,       // a process exited non-zero or was killed, not by the launcher
   kHung,               // the hang guard found no output for --hang_timeout
+  kPeerFailed,         // this generation failed on another node of the job (restartable)
   kStoppedExternally,  // ExternalStop: another node's failure stopped this node
   kSpawnFailed,        // a process could not be started, or a restart could not be prepared
   kInterrupted,        // the launcher got SIGINT, SIGTERM or SIGHUP
@@ -43,7 +44,7 @@ struct GenerationEnd {
   Generation generation;  // the generation that ended (or is ending)
   JobState state = JobState::kRunning;
   // The generation's own failure: the first failed process's exit code (128+signal when killed),
-  // or kHangExitCode for the hang guard. Kept when a later state overrides kWorkerFailed/kHung.
+  // kHangExitCode for the hang guard, the other node's code for kPeerFailed. Kept when a later state overrides kWorkerFailed/kHung.
   std::optional<int> failure_exit_code;
   std::optional<int> interrupt_signal;    // the signal the launcher got, if any
   std::optional<int> external_exit_code;  // what ExternalStop asked to exit with, if it did
@@ -62,7 +63,7 @@ struct RestartDecision {
   bool restart() const { return action == Action::kRestart; }
 };
 
-// Restarts after a failed generation (kWorkerFailed or kHung) while fewer than max_restarts
+// Restarts after a failed generation (kWorkerFailed, kHung or kPeerFailed) while fewer than max_restarts
 // restarts have happened; never after a spawn failure, an interrupt or an external stop. The exit
 // code when stopping, first rule that applies: the generation's failure code; 128+signal after an
 // interrupt; kSpawnFailedExitCode after a spawn failure; the external stop's code; 0.

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -31,6 +32,8 @@
 #include <sstream>
 #include <utility>
 
+#include "launcher/diagnose/stacks.h"
+#include "launcher/report/run_report.h"
 #include "launcher/supervise/group_stop.h"
 #include "launcher/supervise/watchdog.h"
 
@@ -47,6 +50,8 @@ namespace {
 constexpr std::chrono::milliseconds kDrainTimeout{1000};
 
 using Clock = std::chrono::steady_clock;
+
+WallClock::time_point wall_now() { return WallClock::now(); }
 
 // Runs in the forked child before exec: own process group, die with the launcher, output to the
 // pipe, signal state as a fresh process expects it.
@@ -93,18 +98,20 @@ struct Worker {
   bool started = false;
   bool running = false;
   int status = 0;  // wait status once reaped
+  struct rusage usage {};  // once reaped
 
   std::unique_ptr<asio::posix::stream_descriptor> pipe;
   bool eof = true;
   std::array<char, 16384> buffer{};
   Clock::time_point last_output;  // start of the process, then its latest output
-  std::unique_ptr<ProcessOutput> output;
+  ProcessOutput* output = nullptr;  // owned by the supervisor, by log name
 
   // Forgets the previous generation's process (reaped and drained by now).
   void reset_generation() {
     pid = -1;
     started = running = false;
     status = 0;
+    usage = {};
     pipe.reset();
     eof = true;
   }
@@ -120,8 +127,10 @@ class Supervisor {
         hang_timer_(io_),
         grace_timer_(io_),
         stop_(io_, options.kill_timeout),
-        console_(STDOUT_FILENO) {
+        console_(STDOUT_FILENO),
+        generation_(options.first_generation) {
     signals_.add(SIGHUP);
+    signals_.add(SIGUSR1);
   }
 
   JobOutcome run() {
@@ -132,13 +141,15 @@ class Supervisor {
     wait_for_signal();
     if (options_.external_stop) {
       options_.external_stop->set_waker(
-          [this] { asio::post(io_, [this] { on_external_stop(); }); });
+          [this] { asio::post(io_, [this] { on_external_event(); }); });
     }
     start_generation(launches);
     io_.run();
     if (options_.external_stop) options_.external_stop->set_waker(nullptr);
     watchdog_ = nullptr;
-    return report();
+    JobOutcome out = report();
+    finish_report(out);
+    return out;
   }
 
   ~Supervisor() {
@@ -164,16 +175,29 @@ class Supervisor {
       w->role = l.role;
       w->index = l.index;
       w->name = l.name();
-      if (options_.log_dir) {
-        const bool echo = l.role == env::Role::kTrainer && l.index == 0 && !options_.quiet;
-        w->output = std::make_unique<ProcessOutput>(
-            w->name, (fs::path(*options_.log_dir) / l.log_name()).string(), echo, "", console_);
-      } else {
-        w->output =
-            std::make_unique<ProcessOutput>(w->name, "", true, "[" + w->name + "] ", console_);
-      }
+      w->output = &output_for(l);
       workers_.push_back(std::move(w));
     }
+  }
+
+  // The output of the process named by `l`'s role and index, opened on first use: a log file
+  // keeps its name for the whole job, even when an elastic restart gives it to another process.
+  ProcessOutput& output_for(const WorkerLaunch& l) {
+    auto& slot = outputs_[l.log_name()];
+    if (slot) return *slot;
+    if (options_.log_dir) {
+      const bool echo = l.role == env::Role::kTrainer && l.index == 0 && !options_.quiet;
+      slot = std::make_unique<ProcessOutput>(
+          l.name(), (fs::path(*options_.log_dir) / l.log_name()).string(), echo, "", console_);
+    } else {
+      slot = std::make_unique<ProcessOutput>(l.name(), "", true, "[" + l.name() + "] ", console_);
+    }
+    if (options_.report) {
+      const std::string name = l.name();
+      RunReport* report = options_.report;
+      slot->on_line([report, name](const std::string& line) { report->process_line(name, line); });
+    }
+    return *slot;
   }
 
   // "(ranks 0..3)", "(servers 0..1, ranks 0..1)": the indices of each role, in launch order.
@@ -200,6 +224,18 @@ class Supervisor {
     grace_timer_.cancel();
     server_grace_begun_ = false;
     servers_stopped_ = 0;
+    peer_failure_.reset();
+    job_succeeded_ = false;
+    success_told_ = false;
+    if (options_.report) {
+      int world_size = 0;
+      for (const WorkerLaunch& l : launches) {
+        if (l.role != env::Role::kTrainer) continue;
+        if (auto v = env::lookup(l.env, env::kWorldSize)) world_size = std::atoi(v->c_str());
+        break;
+      }
+      options_.report->generation_started(generation_.index(), wall_now(), world_size);
+    }
     if (!launches.empty()) {
       spdlog::info("{}starting {} worker(s) {}: {}",
                    generation_.first()
@@ -213,6 +249,8 @@ class Supervisor {
     }
     reap();  // a process may already be gone
     if (!stop_.begun()) arm_hang_guard(Clock::now() + options_.hang_timeout);
+    // News about this generation may have come while it was being started.
+    on_external_event();
     maybe_finish();
   }
 
@@ -251,6 +289,10 @@ class Supervisor {
     w.last_output = Clock::now();
     w.pipe = std::make_unique<asio::posix::stream_descriptor>(io_, fds[0]);
     spdlog::debug("started {} as pid {}: {}", w.name, w.pid, l.executable);
+    if (options_.report) {
+      options_.report->process_started(w.name, w.role == env::Role::kServer, w.index,
+                                       generation_.index(), w.pid, wall_now());
+    }
     read_output(w);
   }
 
@@ -265,6 +307,9 @@ class Supervisor {
     end.state = state_;
     if (first_failure_) end.failure_exit_code = exit_code_of(first_failure_->status);
     if (!hang_message_.empty()) end.failure_exit_code = kHangExitCode;
+    if (!first_failure_ && hang_message_.empty() && peer_failure_) {
+      end.failure_exit_code = peer_failure_->first;
+    }
     end.interrupt_signal = interrupt_;
     if (external_) {
       end.external_exit_code = external_->first;
@@ -299,11 +344,43 @@ class Supervisor {
 
   // The generation has just failed: tell the other nodes now when no restart will follow.
   void notify_if_final(std::optional<int> rank, const std::string& what) {
+    history_.push_back("generation " + std::to_string(generation_.index()) + ": " + what);
+    if (options_.on_generation_failure && !external_) {
+      try {
+        const std::optional<int> code = generation_end().failure_exit_code;
+        options_.on_generation_failure(generation_, FailureNotice{rank, code.value_or(1), what});
+      } catch (const std::exception& e) {
+        spdlog::error("could not report the failure to the other nodes: {}", e.what());
+      }
+    }
     const RestartDecision d = options_.restart_policy.decide(generation_end());
     if (!d.restart()) notify_failure(FailureNotice{rank, d.exit_code, what});
   }
 
-  // Another thread asked the job to stop (another node failed).
+  // News from the other nodes: the job is over, this generation failed there, or every node's
+  // part of it succeeded.
+  void on_external_event() {
+    if (done_ || !options_.external_stop) return;
+    on_external_stop();
+    if (external_ || restart_pending_) return;
+    if (auto failure = options_.external_stop->generation_failure(generation_)) {
+      if (!peer_failure_ && state_ == JobState::kRunning) {
+        peer_failure_ = failure;
+        history_.push_back("generation " + std::to_string(generation_.index()) + ": " +
+                           failure->second);
+        enter(JobState::kPeerFailed);
+        if (!stop_.begun() && live_workers() > 0) {
+          spdlog::error("{}: stopping {} worker(s)", failure->second, live_workers());
+          begin_stop(SIGTERM);
+        }
+      }
+    } else if (!job_succeeded_ && options_.external_stop->succeeded(generation_)) {
+      job_succeeded_ = true;
+    }
+    maybe_finish();
+  }
+
+  // Another thread asked the job to stop (another node failed for good).
   void on_external_stop() {
     if (done_ || external_) return;
     auto request = options_.external_stop->requested();
@@ -322,6 +399,8 @@ class Supervisor {
       if (ec) return;
       if (signo == SIGCHLD) {
         reap();
+      } else if (signo == SIGUSR1) {
+        dump_stacks("SIGUSR1 to the launcher");
       } else {
         on_interrupt(signo);
       }
@@ -408,7 +487,7 @@ class Supervisor {
       int status = 0;
       pid_t r;
       do {
-        r = ::waitpid(w->pid, &status, WNOHANG);
+        r = ::wait4(w->pid, &status, WNOHANG, &w->usage);
       } while (r < 0 && errno == EINTR);
       if (r == 0) continue;
       w->running = false;
@@ -422,9 +501,22 @@ class Supervisor {
       }
       const bool failed = !(WIFEXITED(w->status) && WEXITSTATUS(w->status) == 0);
       spdlog::debug("{} (pid {}) {}", w->name, w->pid, describe_status(w->status));
-      if (failed && !stop_.begun()) {
+      if (options_.report) {
+        ProcessUsage usage;
+        usage.cpu_seconds = static_cast<double>(w->usage.ru_utime.tv_sec + w->usage.ru_stime.tv_sec) +
+                            static_cast<double>(w->usage.ru_utime.tv_usec + w->usage.ru_stime.tv_usec) / 1e6;
+        usage.peak_rss_kib = w->usage.ru_maxrss;
+        options_.report->process_exited(w->name, generation_.index(), w->status, usage, wall_now());
+      }
+      if (failed && !stop_.begun() && state_ == JobState::kRunning) {
         first_failure_ = w.get();
         enter(JobState::kWorkerFailed);
+        // A rank that gave up at a deadline waited for a peer: the stuck one is still running.
+        if (WIFEXITED(w->status) && WEXITSTATUS(w->status) == env::kDeadlineExitCode &&
+            live_workers() > 0) {
+          dump_stacks(w->name + " exited with code " + std::to_string(env::kDeadlineExitCode) +
+                      " (a rendezvous or collective deadline passed)");
+        }
         spdlog::error("{} (pid {}) {}: stopping the other {} worker(s)", w->name, w->pid,
                       describe_status(w->status), live_workers());
         notify_if_final(rank_of(*w), w->name + " " + describe_status(w->status));
@@ -475,6 +567,7 @@ class Supervisor {
     }
     hang_message_ = os.str();
     enter(JobState::kHung);
+    dump_stacks("hang guard: no output for " + seconds_text(options_.hang_timeout) + " s");
     spdlog::error("{}; stopping {} worker(s)", hang_message_, live_workers());
     notify_if_final(std::nullopt, hang_message_);
     begin_stop(SIGTERM);
@@ -536,6 +629,30 @@ class Supervisor {
       if (!w->eof) return;
     }
     drain_timer_.cancel();
+    // A job of several nodes succeeds when every node's part did: until the others say so (or
+    // that the generation failed there), this node waits with nothing running.
+    if (options_.on_generation_success && state_ == JobState::kRunning && !job_succeeded_) {
+      if (!success_told_) {
+        success_told_ = true;
+        spdlog::info("all {} worker(s) of this node exited with code 0; waiting for the other "
+                     "nodes",
+                     workers_.size());
+        try {
+          options_.on_generation_success(generation_);
+        } catch (const std::exception& e) {
+          spdlog::error("could not tell the other nodes that this node is done: {}", e.what());
+        }
+        on_external_event();
+      }
+      return;
+    }
+    if (options_.report) {
+      options_.report->generation_ended(generation_.index(), wall_now(),
+                                        state_ == JobState::kRunning ? "succeeded"
+                                                                     : state_name(state_) + ": " +
+                                                                           failure_what());
+      write_report();
+    }
     const RestartDecision d = options_.restart_policy.decide(generation_end());
     if (d.restart()) {
       // Posted, so that no handler of the ending generation is still on the stack.
@@ -577,7 +694,8 @@ class Supervisor {
                               std::to_string(workers_.size()));
       }
       for (std::size_t i = 0; i < launches.size(); ++i) {
-        if (launches[i].role != workers_[i]->role || launches[i].index != workers_[i]->index) {
+        const bool same_role = launches[i].role == workers_[i]->role;
+        if (!same_role || (launches[i].index != workers_[i]->index && !options_.indices_may_change)) {
           throw SupervisorError("restart " + std::to_string(next.index()) + " starts " +
                                 launches[i].name() + " where the job had " + workers_[i]->name);
         }
@@ -586,16 +704,25 @@ class Supervisor {
       spawn_error_ = "could not prepare restart " + std::to_string(next.index()) + ": " + e.what();
       spdlog::error("{}", spawn_error_);
       enter(JobState::kSpawnFailed);
+      notify_failure(FailureNotice{std::nullopt, kSpawnFailedExitCode, spawn_error_});
       finish_job();
       return;
     }
     const std::string separator = "==== restart " + std::to_string(next.index()) + " ====\n";
     bool echoed = false;
-    for (const auto& w : workers_) {
-      if (w->started) watchdog_->release(w->pid);  // reaped and its group SIGKILLed
-      w->reset_generation();
-      const bool echo = w->output->echoes() && !echoed;
-      w->output->start_generation(separator, echo);
+    for (std::size_t i = 0; i < workers_.size(); ++i) {
+      Worker& w = *workers_[i];
+      if (w.started) watchdog_->release(w.pid);  // reaped and its group SIGKILLed
+      w.reset_generation();
+      if (launches[i].index != w.index) {
+        spdlog::info("restart {}: {} of this node is {} now", next.index(), w.name,
+                     launches[i].name());
+        w.index = launches[i].index;
+        w.name = launches[i].name();
+        w.output = &output_for(launches[i]);
+      }
+      const bool echo = w.output->echoes() && !echoed;
+      w.output->start_generation(separator, echo);
       echoed = echoed || echo;
     }
     generation_ = next;
@@ -605,7 +732,53 @@ class Supervisor {
   // What ended the current generation, e.g. "rank 1 exited with code 3".
   std::string failure_what() const {
     if (first_failure_) return first_failure_->name + " " + describe_status(first_failure_->status);
-    return hang_message_;
+    if (!hang_message_.empty()) return hang_message_;
+    if (peer_failure_) return peer_failure_->second;
+    if (external_) return external_->second;
+    if (interrupt_) return "the launcher was stopped by " + signal_name(*interrupt_);
+    return spawn_error_;
+  }
+
+  void write_report() {
+    if (!options_.report || !options_.log_dir) return;
+    try {
+      options_.report->write(*options_.log_dir);
+    } catch (const std::exception& e) {
+      spdlog::warn("could not write the run report: {}", e.what());
+    }
+  }
+
+  // Takes the stack of every thread of every running process (launcher/diagnose/) into
+  // log_dir/stacks.<generation>.txt and prints, per process, where our code is.
+  void dump_stacks(const std::string& reason) {
+    if (!options_.dump_stacks) return;
+    std::vector<StackTarget> targets;
+    for (const auto& w : workers_) {
+      if (w->running) targets.push_back(StackTarget{w->name, w->pid});
+    }
+    if (targets.empty()) return;
+    const auto started = Clock::now();
+    const std::vector<ProcessStacks> stacks = collect_stacks(targets, StackOptions{});
+    const std::vector<std::string> summary = summarize_stacks(stacks);
+    std::string where = "stderr";
+    if (options_.log_dir) {
+      const std::string path =
+          (fs::path(*options_.log_dir) / ("stacks." + std::to_string(generation_.index()) + ".txt"))
+              .string();
+      try {
+        write_stacks(path, reason, stacks);
+        where = path;
+      } catch (const std::exception& e) {
+        spdlog::warn("could not write the stack dump: {}", e.what());
+      }
+    }
+    std::string lines;
+    for (const std::string& line : summary) lines += "\n    " + line;
+    if (where == "stderr") {
+      for (const ProcessStacks& p : stacks) lines += "\n==== " + p.name + " ====\n" + p.text;
+    }
+    spdlog::warn("{}: stacks of {} process(es) in {} ({} s); innermost frame of our code:{}",
+                 reason, stacks.size(), where, elapsed_text(Clock::now() - started), lines);
   }
 
   static std::string log_of(const Worker& w, const std::string& without) {
@@ -638,6 +811,11 @@ class Supervisor {
   }
 
   JobOutcome report() {
+    if (!generation_.first() && !history_.empty()) {
+      std::string lines;
+      for (const std::string& h : history_) lines += "\n    " + h;
+      spdlog::info("first failure of each generation:{}", lines);
+    }
     const GenerationEnd end = generation_end();
     const RestartDecision d = options_.restart_policy.decide(end);
     JobOutcome out;
@@ -660,6 +838,9 @@ class Supervisor {
     } else if (!hang_message_.empty()) {
       spdlog::error("job failed{}: {}; launcher exit code {}{}", after, hang_message_,
                     out.exit_code, failure_details());
+    } else if (peer_failure_ && !external_ && !interrupt_) {
+      spdlog::error("job failed{}: {}; launcher exit code {}", after, peer_failure_->second,
+                    out.exit_code);
     } else if (interrupt_) {
       spdlog::warn("stopped by {}: all {} worker(s) ended; exit code {}", signal_name(*interrupt_),
                    workers_.size(), out.exit_code);
@@ -686,6 +867,14 @@ class Supervisor {
     return out;
   }
 
+  // Called last by run(): the report's end and the summary are in place.
+  void finish_report(const JobOutcome& out) {
+    if (!options_.report) return;
+    options_.report->job_ended(wall_now(), out.exit_code,
+                               out.exit_code == 0 ? "succeeded" : failure_what());
+    write_report();
+  }
+
   const SupervisorOptions& options_;
   const GenerationFactory& make_generation_;
   asio::io_context io_;
@@ -695,6 +884,7 @@ class Supervisor {
   asio::steady_timer grace_timer_;  // servers after the trainers
   GroupStop stop_;
   Console console_;
+  std::map<std::string, std::unique_ptr<ProcessOutput>> outputs_;  // by log file name
   std::vector<std::unique_ptr<Worker>> workers_;
   Watchdog* watchdog_ = nullptr;  // lives on run()'s stack
 
@@ -712,6 +902,12 @@ class Supervisor {
   std::optional<std::pair<int, std::string>> external_;  // exit code and reason of a stop request
   bool failure_notified_ = false;
   bool server_grace_begun_ = false;  // every trainer exited 0; the servers' grace runs
+  // A job of several nodes: this generation's failure on another node (exit code, what), and
+  // whether every node's part of it succeeded / this node said its part did.
+  std::optional<std::pair<int, std::string>> peer_failure_;
+  bool job_succeeded_ = false;
+  bool success_told_ = false;
+  std::vector<std::string> history_;  // "generation K: <its first failure>"
   int servers_stopped_ = 0;          // servers stopped when the grace ran out
 };
 
@@ -735,6 +931,32 @@ void ExternalStop::request(int exit_code, const std::string& reason) {
 std::optional<std::pair<int, std::string>> ExternalStop::requested() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return request_;
+}
+
+void ExternalStop::generation_failed(Generation generation, int exit_code,
+                                     const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!failed_.emplace(generation.index(), std::make_pair(exit_code, reason)).second) return;
+  if (wake_) wake_();
+}
+
+std::optional<std::pair<int, std::string>> ExternalStop::generation_failure(
+    Generation generation) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = failed_.find(generation.index());
+  if (it == failed_.end()) return std::nullopt;
+  return it->second;
+}
+
+void ExternalStop::generation_succeeded(Generation generation) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!succeeded_.insert(generation.index()).second) return;
+  if (wake_) wake_();
+}
+
+bool ExternalStop::succeeded(Generation generation) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return succeeded_.count(generation.index()) > 0;
 }
 
 void ExternalStop::set_waker(std::function<void()> wake) {

@@ -32,7 +32,9 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
+#include <set>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -74,23 +76,40 @@ struct FailureNotice {
   std::string what;         // "rank 3 exited with code 7", "server 1 ...", "stopped by SIGINT"
 };
 
-// Stops a running job from another thread (a multi-node job's control thread, when another node
-// failed). Thread-safe; only the first request counts. A request made before supervise() starts
-// is acted on as soon as it does. The job then stops its processes like after a local failure
-// (SIGTERM, SIGKILL after kill_timeout), never restarts, and ends with `exit_code`.
+// What the other nodes of a multi-node job tell this node's supervisor, from another thread (the
+// control connection's watcher, launcher/coord/control.h). Thread-safe.
+// - request(): the job is over (another node failed for good, or node 0 is gone): stop the
+//   processes like after a local failure (SIGTERM, SIGKILL after kill_timeout), never restart,
+//   end with `exit_code`. Only the first request counts; one made before supervise() starts is
+//   acted on as soon as it does.
+// - generation_failed(): generation G failed on another node: stop this node's processes of G and
+//   restart like after a local failure of G (the restart policy decides). Only the first failure
+//   of each generation counts.
+// - generation_succeeded(): every node's processes of G exited 0: the job succeeded.
+// News about a generation other than the current one is ignored.
 class ExternalStop {
  public:
   void request(int exit_code, const std::string& reason);
   std::optional<std::pair<int, std::string>> requested() const;
 
-  // For the supervisor: `wake` is called (under the lock) on a request, until cleared.
+  void generation_failed(Generation generation, int exit_code, const std::string& reason);
+  std::optional<std::pair<int, std::string>> generation_failure(Generation generation) const;
+  void generation_succeeded(Generation generation);
+  bool succeeded(Generation generation) const;
+
+  // For the supervisor: `wake` is called (under the lock) on any of the above, until cleared.
   void set_waker(std::function<void()> wake);
 
  private:
   mutable std::mutex mutex_;
   std::optional<std::pair<int, std::string>> request_;
+  std::map<int, std::pair<int, std::string>> failed_;  // by generation index
+  std::set<int> succeeded_;
   std::function<void()> wake_;
 };
+
+// The report and the stack dumps a supervisor feeds (see launcher/report/, launcher/diagnose/).
+class RunReport;
 
 struct SupervisorOptions {
   std::optional<std::string> log_dir;  // created if missing
@@ -107,6 +126,29 @@ struct SupervisorOptions {
   std::function<void(const FailureNotice&)> on_failure;
   // Lets another thread stop the job (see ExternalStop). May be null.
   std::shared_ptr<ExternalStop> external_stop;
+
+  // A job of several nodes, run as one (launcher/coord/control.h). Both may be empty (one node).
+  // on_generation_failure: called on the supervisor's thread as soon as a generation fails here
+  // (a process failed, the hang guard fired), whether or not a restart follows, before
+  // on_failure. on_generation_success: called when every process of this node's generation
+  // exited 0; when set, the job is not over until external_stop says every node's generation
+  // succeeded (or that one failed: then this node restarts with the others).
+  std::function<void(Generation, const FailureNotice&)> on_generation_failure;
+  std::function<void(Generation)> on_generation_success;
+  // True when a restart may give this node's processes other indices (an elastic job whose
+  // membership changed): each keeps its log file by name (workerlog.<index>).
+  bool indices_may_change = false;
+  // The generation this node starts with: 0, or a later one for a node admitted into a running
+  // elastic job.
+  Generation first_generation;
+
+  // Fed with every start, line and exit, and written to log_dir after every generation. May be
+  // null (--report=false, or no log dir).
+  RunReport* report = nullptr;
+  // Stack dumps of the running processes into log_dir/stacks.<generation>.txt (or stderr without
+  // a log dir): when the hang guard fires, on SIGUSR1 to the launcher, and when a process exits
+  // with kDeadlineExitCode (a rendezvous or collective deadline) before the others are stopped.
+  bool dump_stacks = true;
 };
 
 struct JobOutcome {

@@ -159,16 +159,21 @@ TEST(ControlChannel, TwoNodesAgreeOnEndpointsAndJobId) {
   auto node1 = std::async(std::launch::async, [port] {
     ControlChannel c(options_for(port, 1, 2));
     auto agreement = c.rendezvous(description(2), endpoints("127.0.0.2", 7000, 2), "ignored");
+    auto membership = c.join_generation(Generation());
     EXPECT_FALSE(c.finish());
-    return agreement;
+    return std::make_pair(agreement, membership);
   });
   ControlChannel c0(options_for(port, 0, 2));
   const auto a0 = c0.rendezvous(description(2), endpoints("127.0.0.1", 9000, 2), "job-of-node-0");
-  const auto a1 = node1.get();
+  const Membership m0 = c0.join_generation(Generation());
+  const auto [a1, m1] = node1.get();
   EXPECT_FALSE(c0.finish());
-  EXPECT_EQ(env::join_endpoints(a0.endpoints),
+  EXPECT_EQ(env::join_endpoints(m0.endpoints),
             "127.0.0.1:9000,127.0.0.1:9001,127.0.0.2:7000,127.0.0.2:7001");
-  EXPECT_EQ(a0.endpoints, a1.endpoints);
+  EXPECT_EQ(m0.endpoints, m1.endpoints);
+  EXPECT_EQ(m0.nodes, (std::vector<int>{0, 1}));
+  EXPECT_EQ(m0.position, 0);
+  EXPECT_EQ(m1.position, 1);
   EXPECT_EQ(a0.job_id, "job-of-node-0");
   EXPECT_EQ(a1.job_id, "job-of-node-0");
 }

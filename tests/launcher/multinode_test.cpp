@@ -201,7 +201,8 @@ TEST(MultiNode, KilledWorkerOnTheSecondNodeStopsBothNodes) {
   const std::string first = "first failure: node 1 rank 3 exit 137";
   EXPECT_TRUE(contains(node0.err(), first)) << node0.err();
   EXPECT_TRUE(contains(node1.err(), first)) << node1.err();
-  EXPECT_TRUE(contains(node0.err(), "node 1 failed first")) << node0.err();
+  EXPECT_TRUE(contains(node0.err(), "generation 0 failed on node 1: rank 3 was killed by SIGKILL"))
+      << node0.err();
   expect_nothing_left(pids0);
   expect_nothing_left(pids1);
 }

@@ -13,4 +13,12 @@ class CommError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A collective that did not complete within its deadline (the peer is alive but silent, or
+// stuck): programs exit with env::kDeadlineExitCode for it, so the launcher dumps the stacks of
+// the ranks still running.
+class CommTimeout : public CommError {
+ public:
+  using CommError::CommError;
+};
+
 }  // namespace ddl

@@ -214,7 +214,10 @@ struct GlooMesh::Impl {
     try {
       body();
     } catch (const gloo::IoException& e) {
-      throw CommError(prefix + e.what());
+      // Gloo's TCP pairs say "Timed out waiting ..." when the deadline passed.
+      const std::string what = e.what();
+      if (what.find("imed out") != std::string::npos) throw CommTimeout(prefix + what);
+      throw CommError(prefix + what);
     } catch (const gloo::EnforceNotMet& e) {
       throw CommError(prefix + e.what());
     } catch (const gloo::Exception& e) {

@@ -1,0 +1,128 @@
+// The run report: what one node of a job did, written as LOG_DIR/report.json (for tools) and
+// LOG_DIR/report.html (for people, one self-contained page: no scripts, fonts or styles fetched,
+// the charts are inline SVG).
+//
+// The supervisor feeds a RunReport the job's events as they happen: generations starting and
+// ending, processes starting, each of their output lines, their exits with the rusage of wait4().
+// Per process the report keeps start/end, exit, generations, line count, peak RSS and CPU time;
+// from the output lines of train_mnist workers it also keeps the training metrics:
+//
+//   epoch: E, batch: B, loss is: [L]                 progress: a point of the loss curve
+//   epoch: E, test accuracy: A (C/T)                 A a ratio (0.9712) or a percentage (97.12%)
+//   epoch: E, mean loss: L, images/s: R              the epoch's mean loss and this rank's rate
+//
+// Leading whitespace (and a trailing '\r') is ignored; any other line is only counted. A line that
+// starts like one of these ("epoch: ") but does not parse is counted as malformed. A restart runs a
+// fresh generation whose epochs start again (a resumed worker may start at epoch 3), so epoch
+// metrics are keyed by (generation, epoch) and loss points carry their generation.
+//
+// Memory stays bounded however long the job runs: at most kMaxLossPoints loss points per process
+// (when more arrive the kept ones are thinned to every other one, so the curve stays evenly
+// sampled; the first and the latest point are always kept) and at most kMaxEpochRecords
+// (generation, epoch) records per process (later epochs are counted but not kept).
+//
+// Events about a process or generation the report has not heard of are recorded as well as they
+// can be (the process or generation is added); they never throw, so the report cannot take the
+// job down. Move-only; not thread-safe: one thread (the supervisor's) feeds and writes it.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace ddl::launcher {
+
+// Wall-clock time: the report shows dates, and its times are compared across nodes.
+using WallClock = std::chrono::system_clock;
+
+// Loss points kept per process (see above); 2048 points are about 64 KiB.
+inline constexpr std::size_t kMaxLossPoints = 2048;
+
+// (generation, epoch) records kept per process.
+inline constexpr std::size_t kMaxEpochRecords = 4096;
+
+// The "format" field of report.json, and its version (raised when a field changes meaning).
+inline constexpr const char* kReportFormat = "ddlaunch-run-report";
+inline constexpr int kReportVersion = 1;
+
+// A report could not be written or read; the message names the file and the reason.
+class ReportError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// What wait4() reports about a reaped process.
+struct ProcessUsage {
+  double cpu_seconds = 0;  // user + system time
+  long peak_rss_kib = 0;   // ru_maxrss
+};
+
+class RunReport {
+ public:
+  struct JobInfo {
+    std::string job_id;
+    std::string worker;  // the program's path as given to launch
+    int node_rank = 0;
+    int nnodes = 1;
+  };
+
+  explicit RunReport(JobInfo info);
+  RunReport(const RunReport&) = delete;
+  RunReport& operator=(const RunReport&) = delete;
+  RunReport(RunReport&&) noexcept;
+  RunReport& operator=(RunReport&&) noexcept;
+  ~RunReport();
+
+  // Generation `generation` (0 first, one more per restart) started `world_size` processes (all
+  // nodes) at `at`.
+  void generation_started(int generation, WallClock::time_point at, int world_size);
+
+  // It ended: `outcome` is one line ("succeeded", "rank 1 exited with code 3", "hung: ...",
+  // "restart: node 1 rank 3 exited ...").
+  void generation_ended(int generation, WallClock::time_point at, const std::string& outcome);
+
+  // Process `name` ("rank 3", "server 1"; `index` is the 3 or the 1) started in `generation`.
+  // The lines that follow belong to that generation until the process starts again.
+  void process_started(const std::string& name, bool server, int index, int generation, int pid,
+                       WallClock::time_point at);
+
+  // One whole output line of process `name`, without its newline.
+  void process_line(const std::string& name, std::string_view line);
+
+  // Process `name`'s run in `generation` was reaped with `wait_status` (as from waitpid).
+  void process_exited(const std::string& name, int generation, int wait_status,
+                      const ProcessUsage& usage, WallClock::time_point at);
+
+  // The job is over on this node: `launch` exits with `exit_code`; `summary` is its last word
+  // ("job succeeded", "rank 1 exited with code 3 ...").
+  void job_ended(WallClock::time_point at, int exit_code, const std::string& summary);
+
+  // Everything above as report.json holds it (format kReportFormat, version kReportVersion).
+  // Times appear twice: "start" as ISO 8601 UTC text with milliseconds and "start_ms" as
+  // milliseconds since the Unix epoch; null where unknown (a process still running). Text from
+  // the processes that is not valid UTF-8 is written with U+FFFD in its place.
+  nlohmann::json to_json() const;
+
+  // The page report.html holds: header, process table, charts (loss, accuracy, throughput; or
+  // "no training metrics in the output"), timeline. All text is HTML-escaped.
+  std::string to_html() const;
+
+  // Writes dir/report.json and dir/report.html, each atomically (a temporary file in `dir`
+  // renamed over it), so a reader sees the old report or the new one, never half of one. May be
+  // called at any time, again and again. Throws ReportError naming the file and the errno text.
+  void write(const std::string& dir) const;
+
+  // Reads a report.json written by write(); throws ReportError naming the file when it cannot be
+  // read, is not JSON, or is not a report of a version this code knows.
+  static nlohmann::json read_json(const std::string& path);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace ddl::launcher
