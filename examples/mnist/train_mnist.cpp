@@ -25,6 +25,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <cxxopts.hpp>
 #include <malloc.h>
 #include <filesystem>
@@ -86,6 +87,7 @@ struct Options {
   std::int64_t max_steps = 0;  // global optimizer steps; 0: no limit
   std::string data;            // IDX folder or mnist.json.gz; empty: the fetched data folder
   int threads = 0;             // 0: LibTorch's default (follows OMP_NUM_THREADS)
+  int collective_timeout = 120;  // seconds a collective may wait for its peers
   std::string mode = "auto";   // auto | collective | ps
   bool async = false;          // parameter servers apply each trainer's gradients on arrival
   std::optional<std::string> log_level;
@@ -114,6 +116,7 @@ std::optional<Options> parse_options(int argc, char** argv) {
       ("mode", "auto | collective | ps: how replicas stay in sync (auto: ps when the launcher started parameter servers)", cxxopts::value<std::string>()->default_value("auto"))
       ("async", "parameter-server jobs: servers apply each trainer's gradients as they arrive (default: sync, every step averages all trainers')")
       ("threads", "intra-op threads (default: LibTorch's, which follows OMP_NUM_THREADS)", cxxopts::value<int>()->default_value("0"))
+      ("collective_timeout", "seconds a collective waits for its peers before giving up (exit 124)", cxxopts::value<int>()->default_value("120"))
       ("log_level", "debug | info | warn | error (default: DDL_LOG_LEVEL, else info)", cxxopts::value<std::string>())
       ("h,help", "print this help");
   // clang-format on
@@ -142,6 +145,7 @@ std::optional<Options> parse_options(int argc, char** argv) {
   o.device = r["device"].as<std::string>();
   o.max_steps = r["max_steps"].as<std::int64_t>();
   o.threads = r["threads"].as<int>();
+  o.collective_timeout = r["collective_timeout"].as<int>();
   o.mode = r["mode"].as<std::string>();
   o.async = r.count("async") > 0;
   if (r.count("log_level")) o.log_level = r["log_level"].as<std::string>();
@@ -160,6 +164,8 @@ std::optional<Options> parse_options(int argc, char** argv) {
   require(o.save_every >= 0, "--save_every must be >= 0, got " + std::to_string(o.save_every));
   require(o.max_steps >= 0, "--max_steps must be >= 0, got " + std::to_string(o.max_steps));
   require(o.threads >= 0, "--threads must be >= 0, got " + std::to_string(o.threads));
+  require(o.collective_timeout > 0,
+          "--collective_timeout must be > 0, got " + std::to_string(o.collective_timeout));
   require(o.device == "auto" || o.device == "cpu" || o.device == "gpu",
           "--device must be cpu, gpu or auto, got '" + o.device + "'");
   require(o.optimizer == "sgd" || o.optimizer == "momentum" || o.optimizer == "adagrad" ||
@@ -255,6 +261,7 @@ class CollectiveReplicas : public Replicas {
       : env_(env), model_(model), checkpoint_(checkpoint) {
     ContextOptions context_options;
     context_options.backend = device.is_cuda() ? Backend::kAuto : Backend::kGloo;
+    context_options.collective_timeout = std::chrono::seconds(opt.collective_timeout);
     ctx_ = prepare_context(env, context_options);
     optimizer_ = mnist::make_optimizer(opt.optimizer, model->parameters(), opt.lr);
     if (rule != ResumeRule::kNever) {
@@ -335,12 +342,13 @@ class CollectiveReplicas : public Replicas {
       if (required) throw mnist::CheckpointError(checkpoint_, "rank 0 has no checkpoint there");
       return std::nullopt;
     }
-    torch::Tensor data = env_.rank == 0
-                             ? torch::from_blob(bytes.data(), {size}, torch::kUInt8).clone()
-                             : torch::empty({size}, torch::kUInt8);
-    data = data.to(ctx_->device);
-    ctx_->comm->broadcast(data, 0);
-    data = data.cpu().contiguous();
+    // Gloo broadcasts whole 32-bit words: the bytes travel padded to a multiple of 4.
+    const std::int64_t padded = (size + 3) / 4 * 4;
+    torch::Tensor data = torch::zeros({padded}, torch::kUInt8);
+    if (env_.rank == 0 && size > 0) std::memcpy(data.data_ptr(), bytes.data(), bytes.size());
+    torch::Tensor words = data.view(torch::kInt32).to(ctx_->device);
+    ctx_->comm->broadcast(words, 0);
+    data = words.cpu().contiguous().view(torch::kUInt8);
     return std::string(static_cast<const char*>(data.data_ptr()), static_cast<std::size_t>(size));
   }
 
