@@ -1,5 +1,5 @@
-"""Runs the side-by-side benchmarks (start-up, all-reduce, training, model parallel, parameter server)
-and prints one table.
+"""Runs the side-by-side benchmarks (start-up, all-reduce, training, model parallel, parameter server,
+run report) and prints one table.
 
 Called by bench/run_all.sh (see there, and docs/PERFORMANCE.md). Ours and the reference run in the
 same invocation, interleaved (the order alternates every repetition), with the same
@@ -418,6 +418,50 @@ def bench_ps(sides, reps, max_steps, seed):
     return rows
 
 
+def bench_report(sides, reps, max_steps, seed):
+    """What the run report costs: train_mnist, 2 ranks under launch, with --report=true (the
+    default: the launcher parses every output line and writes report.json + report.html at the
+    end) and --report=false, interleaved. Rank 0's images/s (its JSON summary) and the wall time
+    of the whole launch."""
+    common = ["--epochs", "1", "--batch_size", "100", "--lr", "0.01", "--optimizer", "sgd",
+              "--seed", str(seed), "--data_dir", sides.data, "--save", ""]
+    if max_steps:
+        common += ["--max_steps", str(max_steps)]
+    runs = {"on": [], "off": []}
+    for rep in range(reps):
+        order = ("on", "off") if rep % 2 == 0 else ("off", "on")
+        for side in order:
+            log_dir = os.path.join(sides.work, f"report-{side}-{rep}")
+            cmd = sides.launch(2, log_dir, "train_mnist", *common)
+            cmd.insert(1, f"--report={'true' if side == 'on' else 'false'}")
+            wall, _ = timed(cmd, env_for(2), sides.log(f"report-{side}"), 1800)
+            with open(os.path.join(log_dir, "workerlog.0"), errors="replace") as f:
+                s = rank0_summary(f.read(), f"report {side}")
+            written = [name for name in ("report.json", "report.html")
+                       if os.path.exists(os.path.join(log_dir, name))]
+            if side == "on" and len(written) != 2:
+                raise RunFailed(f"--report=true wrote {written or 'nothing'} in {log_dir}, "
+                                "expected report.json and report.html")
+            if side == "off" and written:
+                raise RunFailed(f"--report=false still wrote {written} in {log_dir}")
+            size = sum(os.path.getsize(os.path.join(log_dir, name)) for name in written)
+            runs[side].append({"wall_s": wall, "images_per_sec": s["images_per_sec"],
+                               "report_bytes": size})
+        print(f"# run report rep {rep + 1}/{reps}: on {runs['on'][-1]['images_per_sec']:.0f} img/s "
+              f"{runs['on'][-1]['wall_s']:.2f} s, off {runs['off'][-1]['images_per_sec']:.0f} img/s "
+              f"{runs['off'][-1]['wall_s']:.2f} s (load {load1():.2f})", flush=True)
+    row = {"ranks": 2, "threads": threads_for(2), "runs": runs,
+           "report_bytes": statistics.median(r["report_bytes"] for r in runs["on"])}
+    for side in ("on", "off"):
+        for key in ("wall_s", "images_per_sec"):
+            row[f"{side}_{key}"] = statistics.median(r[key] for r in runs[side])
+    row["paired_speed_ratio"] = statistics.median(
+        on["images_per_sec"] / off["images_per_sec"] for on, off in zip(runs["on"], runs["off"]))
+    row["paired_wall_ratio"] = statistics.median(
+        on["wall_s"] / off["wall_s"] for on, off in zip(runs["on"], runs["off"]))
+    return row
+
+
 # --- the table ----------------------------------------------------------------------------------
 
 def human_bytes(n):
@@ -437,7 +481,8 @@ def table(result):
     out.append(f"Run: {result['when']}, mode {result['mode']}, medians of "
                f"{result['reps']['startup']} (start-up), {result['reps']['allreduce']} (all-reduce), "
                f"{result['reps']['training']} (training), {result['reps']['model_parallel']} (model parallel), "
-               f"{result['reps']['ps']} (parameter server) runs; OMP_NUM_THREADS = cores / ranks on both sides")
+               f"{result['reps']['ps']} (parameter server), {result['reps'].get('report', 0)} (run report) "
+               f"runs; OMP_NUM_THREADS = cores / ranks on both sides")
     if "startup" in result:
         out.append("")
         out.append("Start-up: launcher invoked -> every rank rendezvoused, one all-reduce, all exited")
@@ -522,6 +567,19 @@ def table(result):
                        f"{d['ref_images_per_sec'] / base:.2f}x | - | - | {d['ref_wall_s']:.2f} s | "
                        f"{d['ref_test_accuracy']:.4f} |")
         out.append(f"(the parameter-server section took {result['ps_seconds']:.0f} s)")
+    if "report" in result:
+        r = result["report"]
+        out.append("")
+        out.append(f"Run report: train_mnist under launch, {r['ranks']} ranks ({r['threads']} threads each), "
+                   f"{result['report_scope']}, batch 100 per rank; --report=true (default) vs "
+                   f"--report=false; ratio = on / off")
+        out.append("| | --report=true | --report=false | ratio (paired) |")
+        out.append("|---|---:|---:|---:|")
+        out.append(f"| images/s (rank 0's summary) | {r['on_images_per_sec']:.0f} | {r['off_images_per_sec']:.0f} | "
+                   f"{r['on_images_per_sec'] / r['off_images_per_sec']:.3f}x ({r['paired_speed_ratio']:.3f}x) |")
+        out.append(f"| wall time of launch | {r['on_wall_s']:.2f} s | {r['off_wall_s']:.2f} s | "
+                   f"{r['on_wall_s'] / r['off_wall_s']:.3f}x ({r['paired_wall_ratio']:.3f}x) |")
+        out.append(f"(report.json + report.html: {r['report_bytes'] / 1024:.0f} KiB)")
     out.append("")
     out.append("Speed-up = reference / ours on the medians; paired = median over repetitions of the ratio "
                "within one repetition (the two sides ran back to back, so it shares that moment's load).")
@@ -543,8 +601,8 @@ def flops_per_image():
 
 # --- main ---------------------------------------------------------------------------------------
 
-DEFAULT_ONLY = "startup,allreduce,training,model_parallel,ps"
-BENCHMARKS = ("startup", "allreduce", "training", "model_parallel", "ps")
+DEFAULT_ONLY = "startup,allreduce,training,model_parallel,ps,report"
+BENCHMARKS = ("startup", "allreduce", "training", "model_parallel", "ps", "report")
 
 
 def main():
@@ -554,7 +612,7 @@ def main():
     p.add_argument("--data_dir", default=os.path.join(REPO, "data", "mnist"))
     p.add_argument("--only", default=DEFAULT_ONLY,
                    help="comma list of benchmarks to run (startup, allreduce, training, model_parallel, ps: "
-                        "parameter server, ~1 min)")
+                        "parameter server, ~1 min; report: the run report's cost, ~2 min)")
     p.add_argument("--startup_reps", type=int, default=5)
     p.add_argument("--allreduce_reps", type=int, default=3)
     p.add_argument("--train_reps", type=int, default=3)
@@ -564,6 +622,9 @@ def main():
     p.add_argument("--ps_reps", type=int, default=1, help="repetitions of the parameter-server benchmark")
     p.add_argument("--ps_steps", type=int, default=300,
                    help="optimizer steps per trainer in each parameter-server run (0: the whole epoch)")
+    p.add_argument("--report_reps", type=int, default=5, help="repetitions of the run-report benchmark")
+    p.add_argument("--report_steps", type=int, default=200,
+                   help="optimizer steps per rank in each run-report run (0: the whole epoch)")
     p.add_argument("--startup_ranks", default="2,4,8")
     p.add_argument("--train_ranks", default="1,2")
     p.add_argument("--epochs", type=int, default=1)
@@ -582,7 +643,8 @@ def main():
               "allreduce": ["launch", "allreduce_bench"],
               "training": ["launch", "train_mnist"],
               "model_parallel": ["launch", "train_model_parallel"],
-              "ps": ["launch", "train_mnist"]}
+              "ps": ["launch", "train_mnist"],
+              "report": ["launch", "train_mnist"]}
     skipped = []
     model_parallel_bin = os.path.join(args.build_dir, "bin", "train_model_parallel")
     if args.only == DEFAULT_ONLY and not os.access(model_parallel_bin, os.X_OK):
@@ -605,7 +667,8 @@ def main():
             "allreduce": 1 if quick else args.allreduce_reps,
             "training": 1 if quick else args.train_reps,
             "model_parallel": 1 if quick else args.mp_reps,
-            "ps": 1 if quick else args.ps_reps}
+            "ps": 1 if quick else args.ps_reps,
+            "report": 1 if quick else args.report_reps}
 
     load_before = wait_until_quiet(args.max_load, args.max_wait_s)
     result = {
@@ -649,6 +712,11 @@ def main():
             start = time.perf_counter()
             result["ps"] = bench_ps(sides, reps["ps"], ps_steps, args.seed)
             result["ps_seconds"] = time.perf_counter() - start
+        if "report" in only:
+            report_steps = 60 if quick else args.report_steps
+            result["report_scope"] = (f"{report_steps} steps" if report_steps
+                                      else "1 epoch of 60000 images")
+            result["report"] = bench_report(sides, reps["report"], report_steps, args.seed)
     except RunFailed as e:
         sys.exit(f"run_all: {e}")
     result["machine"]["load_after"] = load1()

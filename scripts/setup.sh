@@ -16,6 +16,10 @@ packages=(
   libtorch-dev libgloo-dev
   clang libclang-rt-14-dev
   strace
+  # Stack dumps of stuck workers (launcher/diagnose/): eu-stack first, gdb when it fails.
+  elfutils gdb
+  # The run report's render test opens report.html in headless Chromium.
+  chromium
 )
 
 missing=()

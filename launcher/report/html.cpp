@@ -68,8 +68,8 @@ std::string clock_text(double unix_ms) {
   const time_t seconds = static_cast<time_t>(std::floor(unix_ms / 1000));
   struct tm utc {};
   gmtime_r(&seconds, &utc);
-  return strf("%04d-%02d-%02d %02d:%02d:%02d UTC", utc.tm_year + 1900, utc.tm_mon + 1,
-              utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec);
+  return strf("%04d-%02d-%02d %02d:%02d:%02d UTC", utc.tm_year + 1900, utc.tm_mon + 1, utc.tm_mday,
+              utc.tm_hour, utc.tm_min, utc.tm_sec);
 }
 
 // Rough width of `text` at the charts' 12 px sans-serif, to lay out legends and labels.
@@ -169,9 +169,10 @@ struct Plot {
 };
 
 std::string svg_open(double width, double height, const std::string& label) {
-  return strf("<svg class=\"chart\" xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 %.0f %.0f\" "
-              "width=\"%.0f\" height=\"%.0f\" role=\"img\" aria-label=\"",
-              width, height, width, height) +
+  return strf(
+             "<svg class=\"chart\" xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 %.0f %.0f\" "
+             "width=\"%.0f\" height=\"%.0f\" role=\"img\" aria-label=\"",
+             width, height, width, height) +
          esc(label) + "\">\n";
 }
 
@@ -190,8 +191,8 @@ void draw_axes(std::string& svg, const Plot& p, const std::string& x_title,
   if (x_ticks) {
     for (double v : p.x.ticks()) {
       const double x = p.px_of(v);
-      svg += "<line class=\"tick\" x1=\"" + px(x) + "\" y1=\"" + px(p.top + p.height) +
-             "\" x2=\"" + px(x) + "\" y2=\"" + px(p.top + p.height + 5) + "\"/>";
+      svg += "<line class=\"tick\" x1=\"" + px(x) + "\" y1=\"" + px(p.top + p.height) + "\" x2=\"" +
+             px(x) + "\" y2=\"" + px(p.top + p.height + 5) + "\"/>";
       svg += "<text x=\"" + px(x) + "\" y=\"" + px(p.top + p.height + 18) +
              "\" text-anchor=\"middle\">" + p.x.label(v) + "</text>\n";
     }
@@ -281,7 +282,7 @@ std::vector<LossPoint> loss_points(const json& process) {
 }
 
 // The loss of every rank over the training: x is the batch when the whole curve lies in one
-// epoch, else epoch + batch / batches-per-epoch (the largest batch number seen, plus one). A
+// epoch, else epoch + batch / batches-per-epoch (the largest batch seen plus the log interval). A
 // curve breaks where a generation starts (a restart runs epochs again); later generations dash.
 std::string loss_chart(const std::vector<Lane>& lanes) {
   struct Curve {
@@ -290,6 +291,7 @@ std::string loss_chart(const std::vector<Lane>& lanes) {
   };
   std::vector<Curve> curves;
   double max_batch = 0;
+  double interval = INFINITY;  // between progress lines: the trainer's log interval
   double min_epoch = INFINITY;
   double max_epoch = -INFINITY;
   double min_loss = INFINITY;
@@ -299,7 +301,11 @@ std::string loss_chart(const std::vector<Lane>& lanes) {
   for (const Lane& lane : lanes) {
     Curve c{&lane, loss_points(*lane.process)};
     if (c.points.empty()) continue;
-    for (const LossPoint& p : c.points) {
+    for (std::size_t i = 0; i < c.points.size(); ++i) {
+      const LossPoint& p = c.points[i];
+      if (i > 0 && p.epoch == c.points[i - 1].epoch && p.batch > c.points[i - 1].batch) {
+        interval = std::min(interval, p.batch - c.points[i - 1].batch);
+      }
       max_batch = std::max(max_batch, p.batch);
       min_epoch = std::min(min_epoch, p.epoch);
       max_epoch = std::max(max_epoch, p.epoch);
@@ -312,8 +318,11 @@ std::string loss_chart(const std::vector<Lane>& lanes) {
   }
   if (curves.empty()) return {};
   const bool one_epoch = min_epoch == max_epoch;
-  const double per_epoch = max_batch + 1;
-  auto x_of = [&](const LossPoint& p) { return one_epoch ? p.batch : p.epoch + p.batch / per_epoch; };
+  // The last progress line of an epoch comes up to one log interval before its end.
+  const double per_epoch = max_batch + (std::isfinite(interval) ? interval : 1);
+  auto x_of = [&](const LossPoint& p) {
+    return one_epoch ? p.batch : p.epoch + p.batch / per_epoch;
+  };
   double min_x = INFINITY;
   double max_x = -INFINITY;
   for (const Curve& c : curves) {
@@ -333,15 +342,16 @@ std::string loss_chart(const std::vector<Lane>& lanes) {
   p.top = 14 + rows * kLegendRow + 8;
   p.height = 300;
   const double height = p.top + p.height + 48;
-  p.x = nice_scale(min_x, max_x, 10, one_epoch);
+  // Batches and epochs count from 0: a lone point gets room to its right, not a negative axis.
+  p.x = min_x == max_x ? nice_scale(std::max(0.0, min_x - 1), max_x + 1, 10, one_epoch)
+                       : nice_scale(min_x, max_x, 10, one_epoch);
   p.y = nice_scale(std::min(0.0, min_loss), max_loss, 6, false);
 
   std::string svg = svg_open(width, height, "loss per rank");
   draw_legend(svg, legend, p.left, 18, p.width);
   const std::string x_title =
-      one_epoch ? "batch (epoch " + fixed(min_epoch, 0) + ")" : "epoch (fractional: batch / " +
-                                                                   fixed(per_epoch, 0) +
-                                                                   " batches per epoch)";
+      one_epoch ? "batch (epoch " + fixed(min_epoch, 0) + ")"
+                : "epoch (fractional: batch / " + fixed(per_epoch, 0) + " batches per epoch)";
   draw_axes(svg, p, x_title, "loss");
   for (const Curve& c : curves) {
     const int first_generation = c.points.front().generation;
@@ -356,7 +366,7 @@ std::string loss_chart(const std::vector<Lane>& lanes) {
       const std::string dash = restarted ? " stroke-dasharray=\"7 4\"" : "";
       if (end - begin == 1) {
         svg += "<circle cx=\"" + px(p.px_of(x_of(c.points[begin]))) + "\" cy=\"" +
-               px(p.py_of(c.points[begin].loss)) + "\" r=\"2.5\" fill=\"" + c.lane->color + "\"/>\n";
+               px(p.py_of(c.points[begin].loss)) + "\" r=\"4\" fill=\"" + c.lane->color + "\"/>\n";
       } else {
         svg += "<polyline class=\"series\" data-name=\"" + esc(c.lane->name) + "\" stroke=\"" +
                c.lane->color + "\"" + dash + " points=\"";
@@ -376,8 +386,8 @@ std::string loss_chart(const std::vector<Lane>& lanes) {
     note += strf(" (%lld of %lld lines kept: the report thins long curves evenly)", kept, seen);
   }
   note += "; dashed: after a restart.";
-  return "<figure class=\"wide\"><figcaption>Training loss</figcaption>\n" + svg + "<p class=\"note\">" +
-         esc(note) + "</p></figure>\n";
+  return "<figure class=\"wide\"><figcaption>Training loss</figcaption>\n" + svg +
+         "<p class=\"note\">" + esc(note) + "</p></figure>\n";
 }
 
 // The test accuracy after each epoch; when a restart ran an epoch again, its latest generation's
@@ -413,8 +423,8 @@ std::string accuracy_chart(const std::vector<Lane>& lanes) {
       min_y = std::min(min_y, value.second);
       max_y = std::max(max_y, value.second);
     }
-    legend.push_back({c.lane->name + " " + fixed(c.by_epoch.rbegin()->second.second, 2) + "%",
-                      c.lane->color});
+    legend.push_back(
+        {c.lane->name + " " + fixed(c.by_epoch.rbegin()->second.second, 2) + "%", c.lane->color});
   }
   const double width = 540;
   Plot p;
@@ -423,7 +433,8 @@ std::string accuracy_chart(const std::vector<Lane>& lanes) {
   p.top = 14 + legend_rows(legend, p.width) * kLegendRow + 8;
   p.height = 220;
   const double height = p.top + p.height + 48;
-  p.x = nice_scale(min_x == max_x ? min_x - 1 : min_x, min_x == max_x ? max_x + 1 : max_x, 8, true);
+  p.x = min_x == max_x ? nice_scale(std::max(0.0, min_x - 1), max_x + 1, 8, true)
+                       : nice_scale(min_x, max_x, 8, true);
   const double pad = std::max(0.5, (max_y - min_y) * 0.15);
   p.y = nice_scale(std::max(0.0, min_y - pad), std::min(100.0, max_y + pad), 5, false);
 
@@ -488,9 +499,9 @@ std::string throughput_chart(const std::vector<Lane>& lanes) {
     const double cx = p.left + slot * (static_cast<double>(i) + 0.5);
     const double y = p.py_of(rate);
     svg += "<rect class=\"bar\" data-name=\"" + esc(lane->name) + "\" x=\"" + px(cx - bar / 2) +
-           "\" y=\"" + px(y) + "\" width=\"" + px(bar) + "\" height=\"" +
-           px(p.top + p.height - y) + "\" fill=\"" + lane->color + "\"><title>" +
-           esc(lane->name) + ": " + thousands(rate) + " images/s</title></rect>\n";
+           "\" y=\"" + px(y) + "\" width=\"" + px(bar) + "\" height=\"" + px(p.top + p.height - y) +
+           "\" fill=\"" + lane->color + "\"><title>" + esc(lane->name) + ": " + thousands(rate) +
+           " images/s</title></rect>\n";
     if (slot > 44) {
       svg += "<text class=\"value\" x=\"" + px(cx) + "\" y=\"" + px(y - 5) +
              "\" text-anchor=\"middle\">" + thousands(rate) + "</text>\n";
@@ -638,11 +649,12 @@ std::string generations_table(const json& report) {
       "<th>end</th><th class=\"num\">duration</th><th>outcome</th></tr></thead><tbody>\n";
   for (const json& g : array(report, "generations")) {
     const auto duration = number(g, "duration_s");
-    html += "<tr><td>" + esc(text(g, "generation")) + "</td><td>" + esc(text(g, "world_size")) +
-            "</td><td>" + time_cell(g, "start_ms") + "</td><td>" + time_cell(g, "end_ms") +
-            "</td><td class=\"num\">" + (duration ? esc(duration_text(*duration)) : "-") +
-            "</td><td><span class=\"dot\" style=\"background:" + outcome_color(field(g, "outcome")) +
-            "\"></span>" + esc(text(g, "outcome", "running")) + "</td></tr>\n";
+    html +=
+        "<tr><td>" + esc(text(g, "generation")) + "</td><td>" + esc(text(g, "world_size")) +
+        "</td><td>" + time_cell(g, "start_ms") + "</td><td>" + time_cell(g, "end_ms") +
+        "</td><td class=\"num\">" + (duration ? esc(duration_text(*duration)) : "-") +
+        "</td><td><span class=\"dot\" style=\"background:" + outcome_color(field(g, "outcome")) +
+        "\"></span>" + esc(text(g, "outcome", "running")) + "</td></tr>\n";
   }
   return html + "</tbody></table>\n";
 }
@@ -668,14 +680,14 @@ std::string process_table(const json& report) {
       if (auto a = number(e, "accuracy")) accuracy = a;
     }
     html += "<tr><td class=\"name\">" + esc(text(proc, "name")) + "</td><td>" + esc(gens) +
-            "</td><td>" + esc(pid) + "</td><td><span class=\"dot\" style=\"background:" +
-            exit_color(exit) + "\"></span>" + esc(text(exit, "text", "still running")) +
-            "</td><td class=\"num\">" + thousands(number(proc, "lines").value_or(0)) +
-            "</td><td class=\"num\">" + (rss && *rss > 0 ? esc(size_text(*rss)) : "-") +
-            "</td><td class=\"num\">" + (cpu ? esc(strf("%.2f s", *cpu)) : "-") +
-            "</td><td class=\"num\">" + (rate ? thousands(*rate) : "-") +
-            "</td><td class=\"num\">" + (accuracy ? fixed(*accuracy * 100, 2) + "%" : "-") +
-            "</td></tr>\n";
+            "</td><td>" + esc(pid) +
+            "</td><td><span class=\"dot\" style=\"background:" + exit_color(exit) + "\"></span>" +
+            esc(text(exit, "text", "still running")) + "</td><td class=\"num\">" +
+            thousands(number(proc, "lines").value_or(0)) + "</td><td class=\"num\">" +
+            (rss && *rss > 0 ? esc(size_text(*rss)) : "-") + "</td><td class=\"num\">" +
+            (cpu ? esc(strf("%.2f s", *cpu)) : "-") + "</td><td class=\"num\">" +
+            (rate ? thousands(*rate) : "-") + "</td><td class=\"num\">" +
+            (accuracy ? fixed(*accuracy * 100, 2) + "%" : "-") + "</td></tr>\n";
     const double malformed = number(proc, "malformed_metric_lines").value_or(0);
     if (malformed > 0) {
       warnings += "<li>" + esc(text(proc, "name")) + ": " + thousands(malformed) +
@@ -721,7 +733,7 @@ table.data .num { text-align: right; font-variant-numeric: tabular-nums; white-s
 table.data td.name { font-weight: 600; white-space: nowrap; }
 .dot { display: inline-block; width: 9px; height: 9px; border-radius: 50%; margin-right: 6px; }
 .charts { display: flex; flex-wrap: wrap; gap: 12px; justify-content: space-between; }
-figure { margin: 0; flex: 1 1 540px; max-width: 100%; }
+figure { margin: 0; flex: 1 1 480px; min-width: 0; max-width: 100%; }
 figure.wide { flex-basis: 100%; }
 figcaption { font-weight: 600; color: #4a5568; margin: 4px 0 2px; }
 svg.chart { display: block; max-width: 100%; height: auto; }
@@ -752,13 +764,25 @@ std::string html_escape(std::string_view in) {
     const unsigned char c = s[i];
     if (c < 0x80) {
       switch (c) {
-        case '&': out += "&amp;"; break;
-        case '<': out += "&lt;"; break;
-        case '>': out += "&gt;"; break;
-        case '"': out += "&quot;"; break;
-        case '\'': out += "&#39;"; break;
+        case '&':
+          out += "&amp;";
+          break;
+        case '<':
+          out += "&lt;";
+          break;
+        case '>':
+          out += "&gt;";
+          break;
+        case '"':
+          out += "&quot;";
+          break;
+        case '\'':
+          out += "&#39;";
+          break;
         case '\t':
-        case '\n': out += static_cast<char>(c); break;
+        case '\n':
+          out += static_cast<char>(c);
+          break;
         default:
           if (c < 0x20 || c == 0x7f) {
             out += kReplacement;
@@ -802,17 +826,17 @@ std::string render_report_html(const json& report) {
   const json& processes = array(report, "processes");
   const std::string job_id = text(job, "job_id");
 
-  std::string html = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-                     "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
+  std::string html =
+      "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+      "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
   html += "<title>Run report: job " + esc(job_id) + "</title>\n<style>" + kStyle +
           "</style>\n</head>\n<body>\n<main>\n";
 
   // Header.
   const auto exit_code = number(job, "exit_code");
-  const std::string badge =
-      exit_code ? strf("<span class=\"badge %s\">exit code %.0f</span>",
-                       *exit_code == 0 ? "ok" : "fail", *exit_code)
-                : "<span class=\"badge open\">running</span>";
+  const std::string badge = exit_code ? strf("<span class=\"badge %s\">exit code %.0f</span>",
+                                             *exit_code == 0 ? "ok" : "fail", *exit_code)
+                                      : "<span class=\"badge open\">running</span>";
   const auto duration = number(job, "duration_s");
   html += "<header class=\"job\">\n<h1>Run report: job <span class=\"id\">" + esc(job_id) +
           "</span>" + badge + "</h1>\n<dl class=\"facts\">\n";
@@ -838,9 +862,10 @@ std::string render_report_html(const json& report) {
   const std::string throughput = throughput_chart(lanes);
   html += "<section><h2>Training</h2>\n";
   if (loss.empty() && accuracy.empty() && throughput.empty()) {
-    html += "<p class=\"empty\">No training metrics in the output (no line of the form "
-            "\"epoch: E, batch: B, loss is: [L]\", \"epoch: E, test accuracy: ...\" or "
-            "\"epoch: E, mean loss: L, images/s: R\").</p>\n";
+    html +=
+        "<p class=\"empty\">No training metrics in the output (no line of the form "
+        "\"epoch: E, batch: B, loss is: [L]\", \"epoch: E, test accuracy: ...\" or "
+        "\"epoch: E, mean loss: L, images/s: R\").</p>\n";
   } else {
     html += "<div class=\"charts\">\n" + loss + accuracy + throughput + "</div>\n";
   }
@@ -848,8 +873,9 @@ std::string render_report_html(const json& report) {
 
   html += "<section><h2>Timeline</h2>\n" + timeline(report) + generations_table(report) +
           "</section>\n";
-  html += "<footer>Written by ddlaunch's launch; report.json beside this page holds the same "
-          "data.</footer>\n</main>\n</body>\n</html>\n";
+  html +=
+      "<footer>Written by ddlaunch's launch; report.json beside this page holds the same "
+      "data.</footer>\n</main>\n</body>\n</html>\n";
   return html;
 }
 

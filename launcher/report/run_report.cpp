@@ -158,8 +158,8 @@ json exit_json(int status) {
     j["signal"] = json();
   } else if (WIFSIGNALED(status)) {
     const int signo = WTERMSIG(status);
-    j["text"] = "was killed by " + signal_text(signo) + " (exit code " +
-                std::to_string(128 + signo) + ")";
+    j["text"] =
+        "was killed by " + signal_text(signo) + " (exit code " + std::to_string(128 + signo) + ")";
     j["code"] = 128 + signo;
     j["signal"] = signo;
     j["signal_name"] = signal_text(signo);
@@ -171,9 +171,7 @@ json exit_json(int status) {
   return j;
 }
 
-json optional_number(const std::optional<double>& value) {
-  return value ? json(*value) : json();
-}
+json optional_number(const std::optional<double>& value) { return value ? json(*value) : json(); }
 
 // "rank 3" -> 3; -1 without a trailing number.
 int trailing_index(const std::string& name) {
@@ -195,8 +193,8 @@ void write_atomically(const std::string& dir, const std::string& name, const std
   std::string temp = dir + "/." + name + ".XXXXXX";
   const int fd = ::mkostemp(temp.data(), O_CLOEXEC);
   if (fd < 0) {
-    throw ReportError("run report: cannot write " + path + ": creating a temporary file in " +
-                      dir + ": " + std::strerror(errno));
+    throw ReportError("run report: cannot write " + path + ": creating a temporary file in " + dir +
+                      ": " + std::strerror(errno));
   }
   std::string failed;  // the step that failed, with errno's text
   auto check = [&](bool ok, const std::string& step) {
@@ -211,7 +209,8 @@ void write_atomically(const std::string& dir, const std::string& name, const std
     if (check(n >= 0, "writing " + temp)) done += static_cast<std::size_t>(n);
   }
   check(::close(fd) == 0, "closing " + temp);
-  if (failed.empty()) check(::rename(temp.c_str(), path.c_str()) == 0, "renaming " + temp + " to it");
+  if (failed.empty())
+    check(::rename(temp.c_str(), path.c_str()) == 0, "renaming " + temp + " to it");
   if (!failed.empty()) {
     ::unlink(temp.c_str());
     throw ReportError("run report: cannot write " + path + ": " + failed);
@@ -415,9 +414,11 @@ json RunReport::to_json() const {
     std::set<int> gens;
     double cpu = 0;
     long peak = 0;
+    bool reaped = false;  // a run has ended: its usage is known
     json runs = json::array();
     for (const Run& r : p->runs) {
       gens.insert(r.generation);
+      reaped = reaped || r.wait_status.has_value();
       cpu += r.usage.cpu_seconds;
       peak = std::max(peak, r.usage.peak_rss_kib);
       json rj;
@@ -434,8 +435,8 @@ json RunReport::to_json() const {
     j["generations"] = gens;
     const Run* last = p->runs.empty() ? nullptr : &p->runs.back();
     j["exit"] = last && last->wait_status ? exit_json(*last->wait_status) : json();
-    j["cpu_seconds"] = cpu;
-    j["peak_rss_kib"] = peak;
+    j["cpu_seconds"] = reaped ? json(cpu) : json();
+    j["peak_rss_kib"] = reaped ? json(peak) : json();
     j["lines"] = p->lines;
     j["metric_lines"] = p->metric_lines;
     j["malformed_metric_lines"] = p->malformed_lines;

@@ -90,7 +90,8 @@ class RunReport {
   void process_started(const std::string& name, bool server, int index, int generation, int pid,
                        WallClock::time_point at);
 
-  // One whole output line of process `name`, without its newline.
+  // One whole output line of process `name`, without its newline. Cheap enough for every line:
+  // most are rejected by their first characters, none is copied.
   void process_line(const std::string& name, std::string_view line);
 
   // Process `name`'s run in `generation` was reaped with `wait_status` (as from waitpid).
@@ -101,10 +102,27 @@ class RunReport {
   // ("job succeeded", "rank 1 exited with code 3 ...").
   void job_ended(WallClock::time_point at, int exit_code, const std::string& summary);
 
-  // Everything above as report.json holds it (format kReportFormat, version kReportVersion).
+  // Everything above as report.json holds it:
+  //   format, version              kReportFormat, kReportVersion
+  //   job                          job_id, worker, node_rank, nnodes, start, end, duration_s,
+  //                                exit_code, summary
+  //   limits                       max_loss_points_per_process, max_epoch_records_per_process
+  //   generations[]                generation, world_size, start, end, duration_s, outcome
+  //   processes[]                  ranks by index, then servers: name, role ("rank"/"server"),
+  //                                index, generations (those it ran in), exit (of its latest
+  //                                run: text, code, signal, signal_name, wait_status), cpu_seconds
+  //                                (all runs), peak_rss_kib (largest run), lines, metric_lines,
+  //                                malformed_metric_lines, dropped_epoch_lines,
+  //                                mean_images_per_sec (over its epochs),
+  //                                epochs[] (generation, epoch, mean_loss, images_per_sec,
+  //                                accuracy as a ratio, correct, total),
+  //                                loss (seen, stride, points[] as [generation, epoch, batch,
+  //                                loss]), runs[] (generation, pid, start, end, duration_s, exit,
+  //                                cpu_seconds, peak_rss_kib)
   // Times appear twice: "start" as ISO 8601 UTC text with milliseconds and "start_ms" as
-  // milliseconds since the Unix epoch; null where unknown (a process still running). Text from
-  // the processes that is not valid UTF-8 is written with U+FFFD in its place.
+  // milliseconds since the Unix epoch. Anything not known (yet) is null: the exit and usage of
+  // a process still running, the end of a job still running. Strings are as they were given
+  // (write() puts U+FFFD in place of bytes that are not UTF-8).
   nlohmann::json to_json() const;
 
   // The page report.html holds: header, process table, charts (loss, accuracy, throughput; or

@@ -4,12 +4,11 @@
 // and the process table. Skipped when no chromium is on PATH (scripts/setup.sh installs it).
 //
 // DDL_REPORT_SCREENSHOT=<file> keeps a copy of the screenshot, to look at.
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
 #include <zlib.h>
-
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdint>
@@ -61,11 +60,12 @@ struct Image {
   int height = 0;
   int channels = 0;
   std::vector<std::uint8_t> pixels;  // rows of width * channels bytes
-  std::string error;                  // why it could not be decoded
+  std::string error;                 // why it could not be decoded
 };
 
 std::uint32_t be32(const std::string& s, std::size_t at) {
-  return (std::uint32_t(std::uint8_t(s[at])) << 24) | (std::uint32_t(std::uint8_t(s[at + 1])) << 16) |
+  return (std::uint32_t(std::uint8_t(s[at])) << 24) |
+         (std::uint32_t(std::uint8_t(s[at + 1])) << 16) |
          (std::uint32_t(std::uint8_t(s[at + 2])) << 8) | std::uint32_t(std::uint8_t(s[at + 3]));
 }
 
@@ -127,11 +127,21 @@ Image decode_png(const std::string& file) {
       const int c = up && x >= static_cast<std::size_t>(bpp) ? up[x - bpp] : 0;
       int predicted = 0;
       switch (filter) {
-        case 0: predicted = 0; break;
-        case 1: predicted = a; break;
-        case 2: predicted = b; break;
-        case 3: predicted = (a + b) / 2; break;
-        case 4: predicted = paeth(a, b, c); break;
+        case 0:
+          predicted = 0;
+          break;
+        case 1:
+          predicted = a;
+          break;
+        case 2:
+          predicted = b;
+          break;
+        case 3:
+          predicted = (a + b) / 2;
+          break;
+        case 4:
+          predicted = paeth(a, b, c);
+          break;
         default:
           img.error = "bad filter " + std::to_string(filter) + " in row " + std::to_string(y);
           return img;
@@ -166,8 +176,13 @@ class Browser {
   std::optional<int> run(const std::vector<std::string>& mode_args, const std::string& url,
                          const std::string& out, const std::string& profile) {
     testing::SpawnOptions options;
-    options.argv = {program_, "--headless", "--disable-gpu", "--no-sandbox",
-                    "--no-first-run", "--no-default-browser-check", "--hide-scrollbars",
+    options.argv = {program_,
+                    "--headless",
+                    "--disable-gpu",
+                    "--no-sandbox",
+                    "--no-first-run",
+                    "--no-default-browser-check",
+                    "--hide-scrollbars",
                     "--user-data-dir=" + profile,
                     "--window-size=" + std::to_string(kWidth) + "," + std::to_string(kHeight)};
     options.argv.insert(options.argv.end(), mode_args.begin(), mode_args.end());
@@ -218,8 +233,8 @@ TEST(ReportRender, ChromiumRendersTheChartsAndTheTable) {
 
   Browser browser(*chromium);
   const std::string shot = dir.file("screenshot.png");
-  const std::optional<int> shot_code = browser.run({"--screenshot=" + shot}, url,
-                                                   dir.file("shot.out"), dir.file("profile1"));
+  const std::optional<int> shot_code =
+      browser.run({"--screenshot=" + shot}, url, dir.file("shot.out"), dir.file("profile1"));
   ASSERT_TRUE(shot_code.has_value()) << browser.stderr_tail();
   EXPECT_EQ(*shot_code, 0) << browser.stderr_tail();
   const std::string png = read_file(shot);
@@ -241,8 +256,8 @@ TEST(ReportRender, ChromiumRendersTheChartsAndTheTable) {
   EXPECT_GT(pixels_near(img, 0x1f77b4, 24), 1500) << "rank 0's colour is missing";
   EXPECT_GT(pixels_near(img, 0xff7f0e, 24), 1500) << "rank 1's colour is missing";
 
-  const std::optional<int> dom_code = browser.run({"--dump-dom"}, url, dir.file("dom.html"),
-                                                  dir.file("profile2"));
+  const std::optional<int> dom_code =
+      browser.run({"--dump-dom"}, url, dir.file("dom.html"), dir.file("profile2"));
   ASSERT_TRUE(dom_code.has_value()) << browser.stderr_tail();
   EXPECT_EQ(*dom_code, 0) << browser.stderr_tail();
   const std::string dom = read_file(dir.file("dom.html"));

@@ -3,10 +3,9 @@
 // two files atomically with errors that name the file, and the page's escaping.
 #include "launcher/report/run_report.h"
 
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
-
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <filesystem>
@@ -199,7 +198,7 @@ TEST(RunReport, JsonHoldsJobGenerationsAndRuns) {
   EXPECT_EQ(r0["exit"]["code"], 0);
   EXPECT_TRUE(r0["exit"]["signal"].is_null());
   EXPECT_DOUBLE_EQ(r0["cpu_seconds"].get<double>(), 42.25 + 60.5);  // summed over runs
-  EXPECT_EQ(r0["peak_rss_kib"], 310000);                             // the largest run's
+  EXPECT_EQ(r0["peak_rss_kib"], 310000);                            // the largest run's
   EXPECT_EQ(r0["runs"][0]["peak_rss_kib"], 298765);
   const json r1 = process_of(report, "rank 1");
   EXPECT_EQ(r1["runs"][0]["exit"]["text"], "exited with code 1");
@@ -215,8 +214,9 @@ TEST(RunReport, ProcessesAreOrderedRanksThenServers) {
   report.process_started("rank 10", false, 10, 0, 2, kT0);
   report.process_started("server 0", true, 0, 0, 3, kT0);
   report.process_started("rank 2", false, 2, 0, 4, kT0);
+  const json j = report.to_json();
   std::vector<std::string> names;
-  for (const json& p : report.to_json()["processes"]) names.push_back(p["name"]);
+  for (const json& p : j["processes"]) names.push_back(p["name"]);
   EXPECT_EQ(names, (std::vector<std::string>{"rank 2", "rank 10", "server 0", "server 1"}));
   EXPECT_EQ(process_of(report.to_json(), "server 0")["role"], "server");
 }
@@ -374,19 +374,23 @@ TEST(RunReport, ReadJsonRejectsWhatIsNotAReport) {
   expect_error(dir.file("text.json"), "not valid JSON");
   { std::ofstream(dir.file("other.json")) << R"({"format": "something else"})"; }
   expect_error(dir.file("other.json"), "not a run report");
-  { std::ofstream(dir.file("future.json")) << R"({"format": "ddlaunch-run-report", "version": 99})"; }
+  {
+    std::ofstream(dir.file("future.json")) << R"({"format": "ddlaunch-run-report", "version": 99})";
+  }
   expect_error(dir.file("future.json"), "version 99");
 }
 
 // --- the page ---------------------------------------------------------------------------------
 
 TEST(HtmlEscape, EscapesMarkupAndReplacesBrokenText) {
-  EXPECT_EQ(html_escape("<a href=\"x\">&'</a>"), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;&lt;/a&gt;");
+  EXPECT_EQ(html_escape("<a href=\"x\">&'</a>"),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;&lt;/a&gt;");
   EXPECT_EQ(html_escape("tab\tnew\nline"), "tab\tnew\nline");
   EXPECT_EQ(html_escape(std::string("bell\x07", 5)), "bell\xEF\xBF\xBD");
-  EXPECT_EQ(html_escape("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80"), "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80");
-  EXPECT_EQ(html_escape("\xC3"), "\xEF\xBF\xBD");              // cut short
-  EXPECT_EQ(html_escape("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");  // overlong '/'
+  EXPECT_EQ(html_escape("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80"),
+            "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80");
+  EXPECT_EQ(html_escape("\xC3"), "\xEF\xBF\xBD");                                  // cut short
+  EXPECT_EQ(html_escape("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");                  // overlong '/'
   EXPECT_EQ(html_escape("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // a surrogate
   EXPECT_EQ(html_escape("\xFF"), "\xEF\xBF\xBD");
 }
