@@ -512,6 +512,7 @@ void ControlChannel::watch_loop(std::shared_ptr<ExternalStop> stop) {
           continue;
         }
         const std::int64_t value = watch_keys.heartbeats.add(NodeKeys::of(n), 0);
+        if (value == 0) continue;  // not watching yet (still joining): nothing to miss
         Beat& beat = beats[n];
         if (value != beat.value) {
           beat.value = value;

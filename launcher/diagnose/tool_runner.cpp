@@ -255,25 +255,6 @@ std::vector<ToolResult> run_tools(const std::vector<ToolCommand>& commands, cons
   return results;
 }
 
-std::optional<std::string> find_on_path(const std::string& name, const std::string& path) {
-  if (name.empty()) return std::nullopt;
-  std::size_t start = 0;
-  while (start <= path.size()) {
-    std::size_t end = path.find(':', start);
-    if (end == std::string::npos) end = path.size();
-    std::string dir = path.substr(start, end - start);
-    if (dir.empty()) dir = ".";
-    const std::string candidate = (std::filesystem::path(dir) / name).string();
-    struct stat st {};
-    if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-        ::access(candidate.c_str(), X_OK) == 0) {
-      return candidate;
-    }
-    start = end + 1;
-  }
-  return std::nullopt;
-}
-
 std::string describe_exit(int status) {
   if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
   if (WIFSIGNALED(status)) {

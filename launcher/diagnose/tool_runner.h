@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "env/contract.h"
+#include "env/executable.h"
 
 namespace ddl::launcher {
 
@@ -50,9 +51,8 @@ struct ToolResult {
 std::vector<ToolResult> run_tools(const std::vector<ToolCommand>& commands, const env::EnvMap& env,
                                   std::chrono::steady_clock::time_point deadline);
 
-// The path of the executable file `name` in the first entry of `path` (a PATH-style list; an empty
-// entry means ".") that has one, or nullopt.
-std::optional<std::string> find_on_path(const std::string& name, const std::string& path);
+// The PATH search is env::find_on_path (env/executable.h).
+using env::find_on_path;
 
 // "exited with code 2", "was killed by SIGKILL": a waitpid() status in words.
 std::string describe_exit(int status);

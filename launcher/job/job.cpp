@@ -91,7 +91,8 @@ std::unique_ptr<ControlChannel> form_multi_node_job(const LaunchOptions& options
                                                     const std::optional<std::string>& caller_job_id,
                                                     const std::optional<std::string>& caller_secret,
                                                     std::string& job_id, PlanInputs& inputs,
-                                                    Generation& first) {
+                                                    Generation& first,
+                                                    std::shared_ptr<ExternalStop> stop) {
   if (!caller_secret) {
     throw PlanError(std::string("a job of ") + std::to_string(topology.nnodes) + " nodes (from " +
                     topology.source + ") needs the same " + env::kJobSecret +
@@ -131,6 +132,9 @@ std::unique_ptr<ControlChannel> form_multi_node_job(const LaunchOptions& options
     const std::vector<env::Endpoint> local = local_endpoints(options, host, ports);
     agreement = control->rendezvous(describe_job(options, topology), local, job_id);
     job_id = agreement.job_id;
+    // Heartbeats from here on: node 0 must not take this node for lost while it waits for the
+    // first generation (a node admitted late into an elastic job may wait long).
+    control->watch(std::move(stop));
     const Membership membership = control->join_generation(Generation());
     use_membership(membership, inputs);
     first = membership.generation;
@@ -189,9 +193,10 @@ int run_job(const LaunchOptions& options, const JobContext& context) {
 
   std::unique_ptr<ControlChannel> control;
   Generation first_generation;
+  auto stop = std::make_shared<ExternalStop>();
   if (topology.multi_node()) {
     control = form_multi_node_job(options, topology, caller_job_id, caller_secret, job_id, inputs,
-                                  first_generation);
+                                  first_generation, stop);
   }
   inputs.job_id = job_id;
 
@@ -275,8 +280,6 @@ int run_job(const LaunchOptions& options, const JobContext& context) {
 
   JobOutcome outcome;
   try {
-    auto stop = std::make_shared<ExternalStop>();
-    control->watch(stop);
     sup.external_stop = stop;
     sup.on_failure = [&control](const FailureNotice& notice) { control->report_failure(notice); };
     sup.on_generation_failure = [&control](Generation g, const FailureNotice& notice) {

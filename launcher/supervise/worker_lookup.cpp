@@ -1,5 +1,7 @@
 #include "launcher/supervise/worker_lookup.h"
 
+#include "env/executable.h"
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,10 +19,7 @@ namespace {
 constexpr const char* kPathVariable = "PATH";
 constexpr const char* kDefaultPath = "/usr/local/bin:/usr/bin:/bin";
 
-bool is_executable_file(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
-}
+using env::is_executable_file;
 
 }  // namespace
 
@@ -51,16 +50,7 @@ std::string find_worker(const std::string& worker, const std::string& launcher_d
     searched.push_back(launcher_dir);
   }
   const std::string path = env::lookup(env, kPathVariable).value_or(kDefaultPath);
-  std::size_t start = 0;
-  while (start <= path.size()) {
-    std::size_t end = path.find(':', start);
-    if (end == std::string::npos) end = path.size();
-    std::string dir = path.substr(start, end - start);
-    if (dir.empty()) dir = ".";
-    const std::string candidate = (fs::path(dir) / worker).string();
-    if (is_executable_file(candidate)) return candidate;
-    start = end + 1;
-  }
+  if (auto found = env::find_on_path(worker, path)) return *found;
   std::string where = searched.empty() ? "" : "next to launch (" + searched.front() + ") or ";
   throw WorkerNotFoundError("WORKER '" + worker + "' not found " + where + "on PATH ('" + path +
                             "')");

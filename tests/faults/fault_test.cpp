@@ -9,7 +9,7 @@
 #include <atomic>
 #include <cmath>
 
-#include "tests/launcher/launch_helpers.h"
+#include "tests/faults/train_job.h"
 #include "net/frame.h"
 
 namespace {
@@ -17,34 +17,13 @@ namespace {
 using namespace ddl::launch_test;
 using nlohmann::json;
 
-const std::string kTrain = kBin + "/train_mnist";
-const std::string kData = std::string(DDL_SOURCE_DIR) + "/data/mnist";
 constexpr milliseconds kJobTimeout{240'000};
-
-#define SKIP_WITHOUT_DATA()                                          \
-  if (!fs::exists(kData + "/train-images-idx3-ubyte"))               \
-  GTEST_SKIP() << kData << " is missing: run scripts/setup.sh first"
 
 // Common train_mnist arguments for a short, deterministic run.
 std::vector<std::string> train_args(int max_steps, const fs::path& save) {
   return {kTrain,         "--data_dir",  kData,        "--max_steps", std::to_string(max_steps),
           "--epochs",     "1",           "--seed",     "7",           "--log_interval",
           "5",            "--save",      save.string(), "--threads",  "1"};
-}
-
-std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
-// The JSON summary line of rank `rank`'s log (the last line starting with '{').
-json summary_of(const fs::path& log_dir, int rank) {
-  std::istringstream in(worker_log(log_dir, rank));
-  json found;
-  for (std::string line; std::getline(in, line);) {
-    if (!line.empty() && line[0] == '{') found = json::parse(line, nullptr, false);
-  }
-  return found;
 }
 
 // Waits until rank `rank`'s log shows training progress (a batch line past the first).

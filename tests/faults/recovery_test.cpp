@@ -11,25 +11,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tests/launcher/launch_helpers.h"
+#include "tests/faults/train_job.h"
 
 namespace {
 
 using namespace ddl::launch_test;
 using nlohmann::json;
 
-const std::string kTrain = kBin + "/train_mnist";
-const std::string kData = std::string(DDL_SOURCE_DIR) + "/data/mnist";
 constexpr milliseconds kJobTimeout{300'000};
-
-#define SKIP_WITHOUT_DATA()                            \
-  if (!fs::exists(kData + "/train-images-idx3-ubyte")) \
-  GTEST_SKIP() << kData << " is missing: run scripts/setup.sh first"
-
-std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
 
 // A short deterministic run that checkpoints every 10 steps to `save` (shared by the nodes).
 std::vector<std::string> train_args(int max_steps, const fs::path& save) {
@@ -37,15 +26,6 @@ std::vector<std::string> train_args(int max_steps, const fs::path& save) {
           "--epochs", "1",          "--seed",      "7",            "--log_interval",
           "5",        "--save",     save.string(), "--save_every", "10",
           "--threads", "1"};
-}
-
-json summary_of(const fs::path& log_dir, int rank) {
-  std::istringstream in(worker_log(log_dir, rank));
-  json found;
-  for (std::string line; std::getline(in, line);) {
-    if (!line.empty() && line[0] == '{') found = json::parse(line, nullptr, false);
-  }
-  return found;
 }
 
 std::string node_ip(int node) { return "127.0.0." + std::to_string(node + 1); }

@@ -306,3 +306,108 @@ TEST(ControlChannel, LosingNodeZeroStopsTheOthers) {
 
 }  // namespace
 }  // namespace ddl::launcher
+
+namespace ddl::launcher {
+namespace {
+
+TEST(ControlRecords, MembersRoundTripAndMalformedOnesAreRefused) {
+  const Members m{3, {0, 2, 5}};
+  const Members back = decode_members(encode_members(m), "test");
+  EXPECT_EQ(back.generation, 3);
+  EXPECT_EQ(back.nodes, m.nodes);
+  for (const char* bad : {R"({"record":"members","generation":1,"nodes":[]})",
+                          R"({"record":"members","generation":1,"nodes":[2,1]})",
+                          R"({"record":"members","generation":-1,"nodes":[0]})",
+                          R"({"record":"members","generation":1,"nodes":["a"]})"}) {
+    EXPECT_THROW(decode_members(bad, "test"), RecordError) << bad;
+  }
+}
+
+// Two nodes run generation 0 together: a failure on node 1 reaches node 0 as a generation
+// failure (restartable), both join generation 1, and when both report success every watcher
+// says so.
+TEST(ControlChannel, GenerationsFailAndSucceedForEveryNode) {
+  const std::uint16_t port = free_port();
+  ControlChannel c0(options_for(port, 0, 2));
+  auto c1_future = std::async(std::launch::async, [port] {
+    auto c = std::make_unique<ControlChannel>(options_for(port, 1, 2));
+    c->rendezvous(description(2), endpoints("127.0.0.2", 7000, 2), "");
+    c->join_generation(Generation());
+    return c;
+  });
+  c0.rendezvous(description(2), endpoints("127.0.0.1", 9000, 2), "j");
+  c0.join_generation(Generation());
+  auto c1 = c1_future.get();
+  auto stop0 = std::make_shared<ExternalStop>();
+  auto stop1 = std::make_shared<ExternalStop>();
+  c0.watch(stop0);
+  c1->watch(stop1);
+
+  c1->report_generation_failure(Generation(0), FailureNotice{3, 7, "rank 3 exited with code 7"});
+  ASSERT_TRUE(wait_for([&] { return stop0->generation_failure(Generation(0)).has_value(); },
+                       milliseconds(2000)));
+  EXPECT_EQ(stop0->generation_failure(Generation(0))->first, 7);
+  EXPECT_EQ(stop0->generation_failure(Generation(0))->second,
+            "generation 0 failed on node 1: rank 3 exited with code 7");
+  EXPECT_FALSE(stop0->requested()) << "a restartable failure does not end the job";
+  EXPECT_FALSE(stop1->generation_failure(Generation(0))) << "not told about its own failure";
+
+  auto m1 = std::async(std::launch::async, [&] { return c1->join_generation(Generation(1)); });
+  const Membership m0 = c0.join_generation(Generation(1));
+  EXPECT_EQ(m1.get().endpoints, m0.endpoints);
+  EXPECT_EQ(m0.generation, Generation(1));
+
+  c0.report_generation_success(Generation(1));
+  std::this_thread::sleep_for(milliseconds(300));
+  EXPECT_FALSE(stop0->succeeded(Generation(1))) << "one node of two is not the job";
+  c1->report_generation_success(Generation(1));
+  EXPECT_TRUE(wait_for([&] { return stop0->succeeded(Generation(1)); }, milliseconds(2000)));
+  EXPECT_TRUE(wait_for([&] { return stop1->succeeded(Generation(1)); }, milliseconds(2000)));
+  auto f1 = std::async(std::launch::async, [&] { return c1->finish(); });
+  EXPECT_FALSE(c0.finish());
+  EXPECT_FALSE(f1.get());
+}
+
+// Elastic 1..3 nodes: node 0 starts generation 0 alone after the last call; a node that comes
+// later is admitted into generation 1 after node 0's watcher fails generation 0 for it.
+TEST(ControlChannel, ElasticJobStartsWithTheMinimumAndAdmitsALateNode) {
+  const std::uint16_t port = free_port();
+  auto elastic = [port](int node) {
+    ControlOptions o = options_for(port, node, 3);
+    o.min_nnodes = 1;
+    o.max_restarts = 1;
+    o.last_call_timeout = milliseconds(300);
+    return o;
+  };
+  ControlChannel c0(elastic(0));
+  c0.rendezvous(description(2), endpoints("127.0.0.1", 9000, 2), "j");
+  const auto started = Clock::now();
+  const Membership g0 = c0.join_generation(Generation());
+  EXPECT_GE(Clock::now() - started, milliseconds(300));
+  EXPECT_EQ(g0.nodes, std::vector<int>{0});
+  auto stop0 = std::make_shared<ExternalStop>();
+  c0.watch(stop0);
+
+  auto late = std::async(std::launch::async, [&] {
+    ControlChannel c2(elastic(2));
+    c2.rendezvous(description(2), endpoints("127.0.0.3", 7000, 2), "");
+    Membership m = c2.join_generation(Generation());
+    c2.finish();
+    return m;
+  });
+  ASSERT_TRUE(wait_for([&] { return stop0->generation_failure(Generation(0)).has_value(); },
+                       milliseconds(3000)));
+  EXPECT_NE(stop0->generation_failure(Generation(0))->second.find("node 2 asks to join the job"),
+            std::string::npos);
+  const Membership g1 = c0.join_generation(Generation(1));
+  EXPECT_EQ(g1.nodes, (std::vector<int>{0, 2}));
+  const Membership m2 = late.get();
+  EXPECT_EQ(m2.generation, Generation(1));
+  EXPECT_EQ(m2.position, 1);
+  EXPECT_EQ(env::join_endpoints(m2.endpoints),
+            "127.0.0.1:9000,127.0.0.1:9001,127.0.0.3:7000,127.0.0.3:7001");
+  c0.finish();
+}
+
+}  // namespace
+}  // namespace ddl::launcher
