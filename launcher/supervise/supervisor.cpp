@@ -366,8 +366,7 @@ class Supervisor {
     if (auto failure = options_.external_stop->generation_failure(generation_)) {
       if (!peer_failure_ && state_ == JobState::kRunning) {
         peer_failure_ = failure;
-        history_.push_back("generation " + std::to_string(generation_.index()) + ": " +
-                           failure->second);
+        history_.push_back(failure->second);  // "generation K failed on node N: ..."
         enter(JobState::kPeerFailed);
         if (!stop_.begun() && live_workers() > 0) {
           spdlog::error("{}: stopping {} worker(s)", failure->second, live_workers());

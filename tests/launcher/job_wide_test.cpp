@@ -85,8 +85,8 @@ TEST(JobWide, AFailureOnNode1RestartsBothNodesTogether) {
   ASSERT_TRUE(failed && restarted0 && restarted1) << node0.err() << node1.err();
   EXPECT_LT(*restarted0 - *failed, 5000) << node0.err() << node1.err();
   EXPECT_LT(*restarted1 - *failed, 5000) << node1.err();
-  EXPECT_TRUE(contains(node0.err(), "first failure of each generation:\n    generation 0: "
-                                    "generation 0 failed on node 1: rank 3 exited with code 7"))
+  EXPECT_TRUE(contains(node0.err(), "first failure of each generation:\n    generation 0 failed "
+                                    "on node 1: rank 3 exited with code 7"))
       << node0.err();
 
   // Every rank ran to the end in generation 1, with generation 1's job id everywhere.

@@ -342,6 +342,29 @@ TEST(Launch, HangGuardEndsASilentJobNamingTheRanks) {
   expect_nothing_left(pids);
 }
 
+// SIGUSR1 to the launcher: every running rank's stack goes to LOG_DIR/stacks.0.txt, each rank is
+// named with its innermost frame, and the job goes on (here to its normal end).
+TEST(Launch, Sigusr1DumpsEveryRanksStackAndStopsNothing) {
+  TempDir tmp;
+  const fs::path logs = tmp.path() / "logs";
+  LaunchRun run(tmp, {"--nproc_per_node=2", "--log_dir", logs.string(), "--log_level=debug",
+                      "--print_config=false", "hello_worker", "--sleep_ms", "3000"});
+  ASSERT_TRUE(all_ready(logs, 2, milliseconds(10'000))) << run.err();
+  ::kill(run.pid(), SIGUSR1);
+  ASSERT_EQ(run.wait(milliseconds(15'000)), 0) << run.err();
+  const std::string err = run.err();
+  EXPECT_TRUE(contains(err, "SIGUSR1 to the launcher: stacks of 2 process(es) in " +
+                                (logs / "stacks.0.txt").string()))
+      << err;
+  const std::string dump = read_file(logs / "stacks.0.txt");
+  EXPECT_TRUE(contains(dump, "==== stack dump: SIGUSR1 to the launcher")) << dump;
+  for (const char* rank : {"rank 0", "rank 1"}) {
+    EXPECT_TRUE(contains(dump, std::string("==== ") + rank + " (pid")) << dump;
+    EXPECT_TRUE(contains(err, std::string(rank) + ": ")) << err;
+  }
+  EXPECT_TRUE(contains(err, "all 2 worker(s) exited with code 0")) << err;
+}
+
 TEST(Launch, HangGuardWatchesOnlyRunningRanksAndRestarts) {
   TempDir tmp;
   const fs::path logs = tmp.path() / "logs";
