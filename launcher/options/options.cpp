@@ -228,8 +228,8 @@ cxxopts::Options make_cxxopts() {
                        text(), "S")(
       "rendezvous_timeout", "seconds the workers may take to find each other (default 300)", text(),
       "S")("max_restarts",
-           "after a worker fails (or the hang guard fires), stop this node's workers and start "
-           "them again, up to N times (default 0)",
+           "after a worker fails anywhere in the job (or the hang guard fires), stop every "
+           "node's workers and start them all again, up to N times (default 0)",
            text(), "N")("hang_timeout",
                         "fail the job when no rank has printed anything for S seconds "
                         "(default 0: off); exit code 124",
@@ -255,7 +255,8 @@ cxxopts::Options make_cxxopts() {
                    "have joined (default 30)",
                    text(), "KEY=VALUE,...")(
       "report",
-      "write LOG_DIR/report.json and LOG_DIR/report.html at the end of the job (default true)",
+      "write LOG_DIR/report.json and LOG_DIR/report.html (per rank: exit, CPU, memory, "
+      "training curves; the generations)",
       cxxopts::value<std::string>()->default_value("true")->implicit_value("true"), "BOOL")(
       "h,help", "print this help")("version", "print the version");
   return o;
@@ -297,7 +298,9 @@ int LaunchOptions::node_index() const {
 std::string help_text() {
   return make_cxxopts().help() +
          "\nEverything after WORKER is passed to the worker untouched. WORKER is a path, or the\n"
-         "name of a program next to `launch` or on PATH.\n";
+         "name of a program next to `launch` or on PATH.\n"
+         "kill -USR1 <launch pid> writes every running rank's stack to LOG_DIR/stacks.<K>.txt\n"
+         "(also done when the hang guard fires or a rank exits 124 at a deadline).\n";
 }
 
 std::string version_text() { return std::string("ddlaunch ") + DDL_VERSION; }

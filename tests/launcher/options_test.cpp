@@ -289,3 +289,39 @@ TEST(Options, DescribeLooksLikePaddle) {
 
 }  // namespace
 }  // namespace ddl::launcher
+
+namespace ddl::launcher {
+namespace {
+
+TEST(Options, ElasticNodeCountsReportAndLastCall) {
+  const LaunchOptions o = parse({"--nnodes=2:4", "--node_rank=3", "--master_addr=10.0.0.1",
+                                 "--rdzv_conf=last_call_timeout=1.5", "--report=false", "w"});
+  EXPECT_EQ(o.nnodes, 4);
+  EXPECT_EQ(o.min_nnodes, 2);
+  EXPECT_TRUE(o.elastic());
+  EXPECT_EQ(o.last_call_timeout, std::chrono::milliseconds(1500));
+  EXPECT_FALSE(o.report);
+  EXPECT_NE(describe_options(o).find("nnodes: 2:4\n"), std::string::npos);
+
+  const LaunchOptions fixed = parse({"--nnodes=3:3", "--master_addr=h", "w"});
+  EXPECT_FALSE(fixed.elastic()) << "MIN == MAX is a fixed count";
+  EXPECT_TRUE(parse({"w"}).report);
+  EXPECT_EQ(parse({"w"}).last_call_timeout, std::chrono::milliseconds(30'000));
+
+  EXPECT_NE(error_of({"--nnodes=4:2", "--master_addr=h", "w"}).find("MIN:MAX with MIN <= MAX"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--nnodes=2:x", "--master_addr=h", "w"}).find("--nnodes"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--nnodes=2:4", "--node_rank=4", "--master_addr=h", "w"})
+                .find("is not below --nnodes=4"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--rdzv_conf=timeout=3", "w"}).find("KEY last_call_timeout"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--report=maybe", "w"}).find("expected true or false"), std::string::npos);
+  EXPECT_NE(error_of({"--nnodes=1:2", "--master_addr=h", "--server_num=1", "w"})
+                .find("elastic node counts are for collective jobs"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace ddl::launcher
