@@ -68,8 +68,14 @@ std::vector<RankLog> launch_two(const TempDir& tmp, const std::string& name,
   for (int rank = 0; rank < 2; ++rank) {
     const std::string path = log_dir + "/workerlog." + std::to_string(rank);
     EXPECT_TRUE(fs::exists(path)) << path << "\nlauncher output:\n" << r.output;
-    logs.push_back(parse_rank_log(read_file(path)));
-    EXPECT_EQ(logs.back().summaries.size(), 1u) << path << ":\n" << read_file(path);
+    const std::string text = read_file(path);
+    logs.push_back(parse_rank_log(text));
+    EXPECT_EQ(logs.back().summaries.size(), 1u) << path << ":\n" << text;
+    // A normal run prints no third-party warning (LibTorch's gradient layout warning came with
+    // glog's "Logging before InitGoogleLogging()").
+    for (const char* noise : {"Warning:", "InitGoogleLogging", "W20"}) {
+      EXPECT_EQ(text.find(noise), std::string::npos) << noise << " in " << path << ":\n" << text;
+    }
   }
   return logs;
 }

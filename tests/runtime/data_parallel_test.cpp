@@ -237,5 +237,69 @@ TEST(DataParallel, MissingGradientsCountAsZerosOnEveryRank) {
   }
 }
 
+// A channels-last conv weight gets a channels-last gradient in its bucket: the gradient obeys
+// autograd's layout contract, so backward accumulates into the bucket in place (the same memory
+// every step, no copy, no warning) and the all-reduced values are right.
+TEST(DataParallel, ChannelsLastWeightsGetGradientsLaidOutLikeThem) {
+  torch::set_num_threads(1);
+  const std::vector<env::Endpoint> endpoints{{"127.0.0.1", testing::free_port()},
+                                             {"127.0.0.1", testing::free_port()}};
+  auto results = testing::run_ranks(
+      2,
+      [&](testing::RankContext& rank_ctx) {
+        env::WorkerContract c;
+        c.rank = rank_ctx.rank;
+        c.world_size = 2;
+        c.local_rank = rank_ctx.rank;
+        c.local_world_size = 2;
+        c.endpoints = endpoints;
+        c.current = endpoints[rank_ctx.rank];
+        c.job_id = "dp-channels-last";
+        c.rendezvous_timeout = 30s;
+        auto ctx = prepare_context(ParallelEnv::from_env(env::to_env(c)));
+        torch::nn::Conv2d conv(torch::nn::Conv2dOptions(3, 4, 3).padding(1));
+        {
+          torch::NoGradGuard no_grad;
+          conv->weight.set_data(conv->weight.contiguous(torch::MemoryFormat::ChannelsLast));
+        }
+        DataParallel dp(*conv, *ctx);
+        const void* first = nullptr;
+        for (int step = 0; step < 3; ++step) {
+          const torch::Tensor x =
+              torch::ones({2, 3, 5, 5}).contiguous(torch::MemoryFormat::ChannelsLast);
+          dp.scale_loss(conv->forward(x).sum()).backward();
+          dp.apply_collective_grads();
+          const torch::Tensor& g = conv->weight.grad();
+          if (g.strides() != conv->weight.strides()) {
+            throw std::runtime_error("step " + std::to_string(step) +
+                                     ": the gradient is not laid out like the weight");
+          }
+          if (step == 0) first = g.data_ptr();
+          if (g.data_ptr() != first) {
+            throw std::runtime_error("step " + std::to_string(step) +
+                                     ": the gradient moved out of its bucket (a copy)");
+          }
+          // Same input on both ranks: the mean of the two equals one process's gradient.
+          torch::nn::Conv2d alone(torch::nn::Conv2dOptions(3, 4, 3).padding(1));
+          {
+            torch::NoGradGuard no_grad;
+            alone->weight.copy_(conv->weight);
+            alone->bias.copy_(conv->bias);
+          }
+          alone->forward(x).sum().backward();
+          if (!torch::allclose(g, alone->weight.grad(), 1e-5, 1e-6)) {
+            throw std::runtime_error("step " + std::to_string(step) + ": wrong gradient values");
+          }
+          for (auto& p : conv->parameters()) p.mutable_grad().zero_();
+        }
+        ctx->comm->barrier();
+      },
+      120s);
+  for (std::size_t r = 0; r < results.size(); ++r) {
+    EXPECT_TRUE(results[r].exited && results[r].signal == 0 && results[r].exit_code == 0)
+        << "rank " << r << ": " << testing::describe(results[r]);
+  }
+}
+
 }  // namespace
 }  // namespace ddl

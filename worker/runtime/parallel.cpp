@@ -105,19 +105,30 @@ std::vector<std::int64_t> dense_strides(torch::IntArrayRef sizes) {
   return strides;
 }
 
-// A tensor shaped `sizes` that shares `flat`'s storage from element `offset`. Made with set_()
+// The strides `param`'s gradient gets in its bucket: the parameter's own when its layout is dense
+// (a channels-last conv weight keeps channels-last), else the contiguous ones. Autograd's layout
+// contract wants a gradient laid out like its parameter: it then accumulates into the bucket in
+// place; otherwise it copies the gradient every step and warns once. A dense layout of N elements
+// covers exactly N consecutive elements, so it fits the parameter's slot either way.
+std::vector<std::int64_t> grad_strides(const torch::Tensor& param) {
+  if (param.is_non_overlapping_and_dense()) return param.strides().vec();
+  return dense_strides(param.sizes());
+}
+
+// A tensor like `param` that shares `flat`'s storage from element `offset`. Made with set_()
 // rather than narrow()/view() so autograd does not see a view: optimizers call detach_() on
 // gradients, which autograd refuses for views.
-torch::Tensor alias_into(const torch::Tensor& flat, std::int64_t offset, torch::IntArrayRef sizes) {
+torch::Tensor alias_into(const torch::Tensor& flat, std::int64_t offset, const torch::Tensor& param) {
   torch::NoGradGuard no_grad;
   torch::Tensor t = torch::empty({0}, flat.options());
-  t.set_(flat.storage(), flat.storage_offset() + offset, sizes, dense_strides(sizes));
+  t.set_(flat.storage(), flat.storage_offset() + offset, param.sizes(), grad_strides(param));
   return t;
 }
 
 bool aliases(const torch::Tensor& grad, const torch::Tensor& flat, std::int64_t offset,
              const torch::Tensor& param) {
-  return grad.defined() && grad.is_contiguous() && grad.sizes() == param.sizes() &&
+  return grad.defined() && grad.sizes() == param.sizes() &&
+         grad.strides() == torch::IntArrayRef(grad_strides(param)) &&
          grad.scalar_type() == flat.scalar_type() && grad.device() == flat.device() &&
          grad.data_ptr() == static_cast<const void*>(static_cast<const char*>(flat.data_ptr()) +
                                                      offset * flat.element_size());
@@ -222,7 +233,7 @@ void DataParallel::apply_collective_grads() {
       // First step, or the optimizer replaced or dropped the gradient (zero_grad set_to_none):
       // bring it into the bucket and point the gradient there again. A rank without a gradient
       // for this parameter contributes zeros, so every rank runs the same collectives.
-      torch::Tensor slot = alias_into(bucket.flat, offset, param.sizes());
+      torch::Tensor slot = alias_into(bucket.flat, offset, param);
       if (grad.defined()) {
         slot.copy_(grad);
       } else {
