@@ -172,6 +172,23 @@ void WorkerContract::validate() const {
         " must be > 0");
   }
   if (restart_count < 0) bad(std::string(kRestartCount) + " must be >= 0");
+  if (nnodes < 1 || node_rank < 0 || node_rank >= nnodes) {
+    bad(std::string(kGroupRank) + "=" + std::to_string(node_rank) + " must be in [0, " +
+        kGroupWorldSize + "=" + std::to_string(nnodes) + ")");
+  }
+  if (max_restarts < 0) bad(std::string(kElasticMaxRestarts) + " must be >= 0");
+  if (!world_device_ids.empty() && static_cast<int>(world_device_ids.size()) != world_size) {
+    bad(std::string(kPaddleWorldDeviceIds) + " has " + std::to_string(world_device_ids.size()) +
+        " entries but " + kTrainersNum + "=" + std::to_string(world_size));
+  }
+  if (gpu && !world_device_ids.empty() && role == Role::kTrainer && world_device_ids[rank] != *gpu) {
+    bad(std::string(kPaddleLocalDeviceIds) + "=" + std::to_string(world_device_ids[rank]) +
+        " is not " + kSelectedGpus + "=" + std::to_string(*gpu));
+  }
+  if (run_id.empty() || role_name.empty() || paddle_job_id.empty()) {
+    bad(std::string(kElasticRunId) + ", " + kRoleName + " and " + kPaddleJobId +
+        " must not be empty");
+  }
 }
 
 EnvMap to_env(const WorkerContract& c) {
@@ -198,6 +215,34 @@ EnvMap to_env(const WorkerContract& c) {
     env[kLocalWorldSize] = std::to_string(c.local_world_size);
     env[kMasterAddr] = c.endpoints[0].host;
     env[kMasterPort] = std::to_string(c.endpoints[0].port);
+    env[kGroupRank] = std::to_string(c.node_rank);
+    env[kGroupWorldSize] = std::to_string(c.nnodes);
+    env[kRoleRank] = std::to_string(c.rank);
+    env[kRoleWorldSize] = std::to_string(c.world_size);
+    env[kRoleName] = c.role_name;
+    env[kElasticRunId] = c.run_id;
+    env[kElasticRestartCount] = std::to_string(c.restart_count);
+    env[kElasticMaxRestarts] = std::to_string(c.max_restarts);
+    env[kElasticUseAgentStore] = "False";  // Python's str(False), as torchrun writes it
+    if (!c.error_file.empty()) env[kElasticErrorFile] = c.error_file;
+    // Paddle 2.x.
+    env[kPaddleGlobalRank] = std::to_string(c.rank);
+    env[kPaddleLocalRank] = std::to_string(c.local_rank);
+    env[kPaddleGlobalSize] = std::to_string(c.world_size);
+    env[kPaddleLocalSize] = std::to_string(c.local_world_size);
+    env[kPaddleNnodes] = std::to_string(c.nnodes);
+    env[kPaddleMaster] = c.endpoints[0].str();
+    env[kPaddleRankInNode] = std::to_string(c.local_rank);
+    std::string world_ids;
+    for (int r = 0; r < c.world_size; ++r) {
+      const int id = c.world_device_ids.empty() ? r % c.local_world_size : c.world_device_ids[r];
+      world_ids += (r ? "," : "") + std::to_string(id);
+    }
+    env[kPaddleWorldDeviceIds] = world_ids;
+    env[kPaddleLocalDeviceIds] =
+        std::to_string(c.world_device_ids.empty() ? c.local_rank : c.world_device_ids[c.rank]);
+    env[kPaddleJobId] = c.paddle_job_id;
+    if (!c.gpu) env[kPaddleDistriBackend] = "gloo";
   }
   if (!c.job_id.empty()) env[kJobId] = c.job_id;
   if (!c.secret.empty()) env[kJobSecret] = c.secret;

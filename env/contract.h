@@ -39,6 +39,39 @@ inline constexpr const char* kWorldSize = "WORLD_SIZE";
 inline constexpr const char* kLocalWorldSize = "LOCAL_WORLD_SIZE";
 inline constexpr const char* kMasterAddr = "MASTER_ADDR";
 inline constexpr const char* kMasterPort = "MASTER_PORT";
+// The rest of what torchrun's agent gives each worker (torch/distributed/elastic/agent/server/
+// local_elastic_agent.py and elastic/multiprocessing/): libraries such as Lightning, Accelerate
+// and torch.distributed.is_torchelastic_launched() read these to tell a torchrun job.
+inline constexpr const char* kGroupRank = "GROUP_RANK";              // this node's index
+inline constexpr const char* kGroupWorldSize = "GROUP_WORLD_SIZE";   // nodes in the job
+inline constexpr const char* kRoleRank = "ROLE_RANK";                // rank among the role
+inline constexpr const char* kRoleWorldSize = "ROLE_WORLD_SIZE";     // workers of the role
+inline constexpr const char* kRoleName = "ROLE_NAME";                // torchrun --role
+inline constexpr const char* kElasticRunId = "TORCHELASTIC_RUN_ID";  // torchrun --rdzv_id
+inline constexpr const char* kElasticRestartCount = "TORCHELASTIC_RESTART_COUNT";
+inline constexpr const char* kElasticMaxRestarts = "TORCHELASTIC_MAX_RESTARTS";
+// "True" when the launcher hosts the c10d store on MASTER_PORT (workers then connect as
+// clients); we do not, so "False": init_process_group("env://") makes rank 0 host it there.
+inline constexpr const char* kElasticUseAgentStore = "TORCHELASTIC_USE_AGENT_STORE";
+// Where torch.distributed.elastic's @record writes a failed worker's exception (JSON); the
+// launcher quotes it in its summary.
+inline constexpr const char* kElasticErrorFile = "TORCHELASTIC_ERROR_FILE";
+// torchrun gives NCCL's watchdog this default (the caller's value wins).
+inline constexpr const char* kNcclAsyncErrorHandling = "TORCH_NCCL_ASYNC_ERROR_HANDLING";
+// Paddle 2.x's launcher (python/paddle/distributed/launch/controllers/collective.py and the
+// fleet launch_utils.py) adds these to Paddle 1.8's collective variables.
+inline constexpr const char* kPaddleGlobalRank = "PADDLE_GLOBAL_RANK";
+inline constexpr const char* kPaddleLocalRank = "PADDLE_LOCAL_RANK";
+inline constexpr const char* kPaddleGlobalSize = "PADDLE_GLOBAL_SIZE";
+inline constexpr const char* kPaddleLocalSize = "PADDLE_LOCAL_SIZE";
+inline constexpr const char* kPaddleNnodes = "PADDLE_NNODES";
+inline constexpr const char* kPaddleMaster = "PADDLE_MASTER";            // rank 0's endpoint
+inline constexpr const char* kPaddleRankInNode = "PADDLE_RANK_IN_NODE";  // = local rank
+inline constexpr const char* kPaddleWorldDeviceIds = "PADDLE_WORLD_DEVICE_IDS";
+inline constexpr const char* kPaddleLocalDeviceIds = "PADDLE_LOCAL_DEVICE_IDS";
+inline constexpr const char* kPaddleJobId = "PADDLE_JOB_ID";             // --job_id
+// "gloo" when the job uses no GPU: Paddle's init_parallel_env otherwise takes the NCCL way.
+inline constexpr const char* kPaddleDistriBackend = "PADDLE_DISTRI_BACKEND";
 // Threading of the math libraries inside each worker.
 inline constexpr const char* kOmpNumThreads = "OMP_NUM_THREADS";
 // Our own additions.
@@ -131,13 +164,27 @@ struct WorkerContract {
   // (non-empty) for a server.
   std::vector<Endpoint> server_endpoints;
 
+  // The job around a trainer, as torchrun and Paddle 2.x describe it. Written for programs that
+  // read them; our runtime does not read them back.
+  int node_rank = 0;  // GROUP_RANK: this node's index among the nodes of the job
+  int nnodes = 1;     // GROUP_WORLD_SIZE, PADDLE_NNODES
+  std::string role_name = "default";       // ROLE_NAME (torchrun's --role)
+  std::string run_id = "none";             // TORCHELASTIC_RUN_ID, the same in every generation
+  int max_restarts = 0;                    // TORCHELASTIC_MAX_RESTARTS
+  std::string paddle_job_id = "default";   // PADDLE_JOB_ID (Paddle's --job_id default)
+  // Every trainer's device, rank order: its GPU id, or its local rank on a CPU-only job (as
+  // Paddle numbers CPU processes). PADDLE_WORLD_DEVICE_IDS; entry [rank] is
+  // PADDLE_LOCAL_DEVICE_IDS. Empty: every trainer's local rank, nodes of local_world_size each.
+  std::vector<int> world_device_ids;
+  std::string error_file;  // TORCHELASTIC_ERROR_FILE; empty: not written
+
   // Throws EnvError when the fields are inconsistent (rank >= world, endpoint count != world,
   // current != endpoints[rank] (a server: != server_endpoints[rank]), local_rank >=
   // local_world_size, a server without server endpoints, ...).
   void validate() const;
 };
 
-// The variables that carry `c`: Paddle's, torchrun's and ours. Validates first. TRAINING_ROLE and
+// The variables that carry `c`: Paddle's (1.8 and 2.x), torchrun's and ours. Validates first. TRAINING_ROLE and
 // PADDLE_PSERVERS_IP_PORT_LIST are written only when the job has servers (`server_endpoints` not
 // empty), so a collective job's environment is exactly Paddle's collective one. A server gets no
 // PADDLE_TRAINER_ID and no torchrun variables, and it alone gets PADDLE_PORT and POD_IP (its own

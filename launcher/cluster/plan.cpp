@@ -8,15 +8,21 @@
 namespace ddl::launcher {
 namespace {
 
-std::string join_hosts(const std::vector<env::Endpoint>& a, const std::vector<env::Endpoint>& b) {
+// The distinct hosts of `a` then `b`, in order of first appearance.
+std::vector<std::string> hosts_in_order(const std::vector<env::Endpoint>& a,
+                                        const std::vector<env::Endpoint>& b) {
   std::vector<std::string> hosts;
   for (const auto* list : {&a, &b}) {
     for (const env::Endpoint& e : *list) {
       if (std::find(hosts.begin(), hosts.end(), e.host) == hosts.end()) hosts.push_back(e.host);
     }
   }
+  return hosts;
+}
+
+std::string join_hosts(const std::vector<env::Endpoint>& a, const std::vector<env::Endpoint>& b) {
   std::string out;
-  for (const std::string& h : hosts) out += (out.empty() ? "" : ",") + h;
+  for (const std::string& h : hosts_in_order(a, b)) out += (out.empty() ? "" : ",") + h;
   return out;
 }
 
@@ -56,17 +62,59 @@ std::vector<std::uint16_t> pick_local_ports(const LaunchOptions& options,
   return ports;
 }
 
+// Every trainer's device in rank order (env::WorkerContract::world_device_ids): the GPU its
+// local index takes from --selected_gpus (the same list on every node), else that index. The
+// local index is rank % per_node for node-major blocks of per_node trainers; with per_node 0
+// (explicit --workers lists) it counts the earlier trainers on the same host.
+std::vector<int> world_device_ids(const LaunchOptions& options,
+                                  const std::vector<env::Endpoint>& trainers, int per_node) {
+  std::vector<int> ids;
+  for (std::size_t r = 0; r < trainers.size(); ++r) {
+    int local = 0;
+    if (per_node > 0) {
+      local = static_cast<int>(r) % per_node;
+    } else {
+      for (std::size_t q = 0; q < r; ++q) local += trainers[q].host == trainers[r].host;
+    }
+    const bool has_gpu = static_cast<std::size_t>(local) < options.selected_gpus.size();
+    ids.push_back(has_gpu ? options.selected_gpus[local] : local);
+  }
+  return ids;
+}
+
+// Where the job stands, for one process: `node` of `nodes`.
+struct NodePlace {
+  int node = 0;
+  int nodes = 1;
+};
+
+// A planned process's variables: its contract (completed with what every process of the job
+// shares) written out, then the plan's additions.
 WorkerSpec make_spec(env::WorkerContract c, const LaunchOptions& options, const PlanInputs& inputs,
-                     const ClusterPlan& plan) {
+                     const ClusterPlan& plan, NodePlace place) {
   c.job_id = inputs.generation.job_id(inputs.job_id);
   c.secret = inputs.job_secret;
   c.restart_count = inputs.generation.index();
   if (options.rendezvous_timeout) c.rendezvous_timeout = *options.rendezvous_timeout;
+  c.node_rank = place.node;
+  c.nnodes = place.nodes;
+  c.role_name = options.role;
+  c.run_id = options.rdzv_id.value_or(inputs.job_id.empty() ? std::string("none") : inputs.job_id);
+  c.max_restarts = options.max_restarts;
+  c.paddle_job_id = options.job_id.value_or("default");
+  c.world_device_ids = plan.world_device_ids;
+  if (!inputs.error_file_dir.empty() && c.role == env::Role::kTrainer) {
+    c.error_file = inputs.error_file_dir + "/error." + std::to_string(c.rank) + ".json";
+  }
   WorkerSpec w;
   w.env = env::to_env(c);
   w.contract = std::move(c);
   if (plan.omp_threads_defaulted) {
     w.env[env::kOmpNumThreads] = std::to_string(*plan.omp_threads_defaulted);
+  }
+  if (w.contract.role == env::Role::kTrainer &&
+      !env::lookup(inputs.caller_env, env::kNcclAsyncErrorHandling)) {
+    w.env[env::kNcclAsyncErrorHandling] = "1";  // torchrun's default
   }
   if (options.log_level_name) w.env[env::kLogLevel] = *options.log_level_name;
   return w;
@@ -85,6 +133,7 @@ ClusterPlan make_ps_plan(const LaunchOptions& options, const PlanInputs& inputs)
   ClusterPlan plan;
   std::vector<int> local_servers;   // server indices this node starts
   std::vector<int> local_trainers;  // trainer ids this node starts
+  NodePlace place;
   if (options.explicit_endpoints()) {
     plan.server_endpoints = options.servers;
     plan.endpoints = options.workers;
@@ -101,6 +150,12 @@ ClusterPlan make_ps_plan(const LaunchOptions& options, const PlanInputs& inputs)
                       "), so this node would start nothing; run launch with --node_ip set to "
                       "one of them");
     }
+    // The nodes are the hosts of the lists, in order of first appearance.
+    const std::vector<std::string> hosts = hosts_in_order(options.servers, options.workers);
+    place.nodes = static_cast<int>(hosts.size());
+    place.node = static_cast<int>(std::find(hosts.begin(), hosts.end(), options.node_ip) -
+                                  hosts.begin());
+    plan.world_device_ids = world_device_ids(options, plan.endpoints, 0);
   } else {
     const int per_node = servers + trainers;
     int nodes = static_cast<int>(options.cluster_node_ips.size());
@@ -138,6 +193,8 @@ ClusterPlan make_ps_plan(const LaunchOptions& options, const PlanInputs& inputs)
     }
     for (int i = 0; i < servers; ++i) local_servers.push_back(node * servers + i);
     for (int i = 0; i < trainers; ++i) local_trainers.push_back(node * trainers + i);
+    place = NodePlace{node, nodes};
+    plan.world_device_ids = world_device_ids(options, plan.endpoints, trainers);
   }
   plan.world_size = static_cast<int>(plan.endpoints.size());
   if (!options.selected_gpus.empty() &&
@@ -166,7 +223,7 @@ ClusterPlan make_ps_plan(const LaunchOptions& options, const PlanInputs& inputs)
       c.local_rank = static_cast<int>(j);
       c.local_world_size = static_cast<int>(ids.size());
       if (!server && !options.selected_gpus.empty()) c.gpu = options.selected_gpus[j];
-      plan.local.push_back(make_spec(std::move(c), options, inputs, plan));
+      plan.local.push_back(make_spec(std::move(c), options, inputs, plan, place));
     }
   };
   add_local(env::Role::kServer, local_servers);
@@ -240,9 +297,9 @@ ClusterPlan make_plan(const LaunchOptions& options, const PlanInputs& inputs) {
   if (!caller_has_omp)
     plan.omp_threads_defaulted = env::default_omp_threads(inputs.cores, per_node);
 
+  plan.world_device_ids = world_device_ids(options, plan.endpoints, per_node);
   for (int i = 0; i < per_node; ++i) {
-    WorkerSpec w;
-    env::WorkerContract& c = w.contract;
+    env::WorkerContract c;
     c.rank = node * per_node + i;
     c.world_size = plan.world_size;
     c.local_rank = i;
@@ -250,16 +307,7 @@ ClusterPlan make_plan(const LaunchOptions& options, const PlanInputs& inputs) {
     c.endpoints = plan.endpoints;
     c.current = plan.endpoints[c.rank];
     if (!options.selected_gpus.empty()) c.gpu = options.selected_gpus[i];
-    c.job_id = inputs.generation.job_id(inputs.job_id);
-    c.secret = inputs.job_secret;
-    c.restart_count = inputs.generation.index();
-    if (options.rendezvous_timeout) c.rendezvous_timeout = *options.rendezvous_timeout;
-    w.env = env::to_env(c);
-    if (plan.omp_threads_defaulted) {
-      w.env[env::kOmpNumThreads] = std::to_string(*plan.omp_threads_defaulted);
-    }
-    if (options.log_level_name) w.env[env::kLogLevel] = *options.log_level_name;
-    plan.local.push_back(std::move(w));
+    plan.local.push_back(make_spec(std::move(c), options, inputs, plan, NodePlace{node, nodes}));
   }
   return plan;
 }
@@ -284,16 +332,32 @@ std::string random_hex(std::size_t bytes) {
 
 std::string describe_plan(const ClusterPlan& plan) {
   std::ostringstream os;
+  auto value_of = [](const std::string& name, const std::string& value) {
+    return name == env::kJobSecret ? std::string("<hidden>") : value;
+  };
+  // The first process of each role is printed whole, the others by what differs from it.
+  const WorkerSpec* first[2] = {nullptr, nullptr};
   for (const WorkerSpec& w : plan.local) {
-    if (w.contract.role == env::Role::kServer) {
-      os << "----------- server " << w.contract.rank << " (local server " << w.contract.local_rank
-         << ") environment -----------\n";
-    } else {
-      os << "----------- rank " << w.contract.rank << " (local rank " << w.contract.local_rank
-         << ") environment -----------\n";
+    const bool server = w.contract.role == env::Role::kServer;
+    const std::string noun = server ? "server " : "rank ";
+    os << "----------- " << noun << w.contract.rank << " (local " << noun << w.contract.local_rank
+       << ") environment";
+    const WorkerSpec*& base = first[server ? 1 : 0];
+    if (base == nullptr) {
+      base = &w;
+      os << " -----------\n";
+      for (const auto& [name, value] : w.env) os << name << "=" << value_of(name, value) << "\n";
+      continue;
     }
+    os << ": as " << noun << base->contract.rank << " except -----------\n";
     for (const auto& [name, value] : w.env) {
-      os << name << "=" << (name == env::kJobSecret ? std::string("<hidden>") : value) << "\n";
+      const auto it = base->env.find(name);
+      if (it == base->env.end() || it->second != value) {
+        os << name << "=" << value_of(name, value) << "\n";
+      }
+    }
+    for (const auto& [name, value] : base->env) {
+      if (w.env.count(name) == 0) os << "(" << name << " not set)\n";
     }
   }
   if (!plan.local.empty()) os << "------------------------------------------------\n";

@@ -9,8 +9,9 @@
 // - a multi-node job passes the endpoints every node published through the control store
 //   (launcher/coord/control.h) as `cluster_endpoints`, with this node's `node_rank`: the plan then takes
 //   the node list from them, whatever the options say;
-// - each local worker gets the env::WorkerContract variables, plus OMP_NUM_THREADS when the
-//   caller has not set it, plus DDL_LOG_LEVEL when --log_level was given.
+// - each local worker gets the env::WorkerContract variables, plus OMP_NUM_THREADS and (trainers)
+//   TORCH_NCCL_ASYNC_ERROR_HANDLING=1 when the caller has not set them, plus DDL_LOG_LEVEL when
+//   --log_level was given.
 // A parameter-server job (options.ps_job()) plans servers and trainers (`local`: this node's
 // servers first, then its trainers; a server's contract.rank is its server index):
 // - with --server_num=S --worker_num=W every node runs S servers and W trainers; node k owns
@@ -56,6 +57,8 @@ struct PlanInputs {
   // through the control store, and this node's index. Unset: the plan comes from the options.
   std::optional<std::vector<env::Endpoint>> cluster_endpoints;
   int node_rank = 0;
+  // Where each trainer's TORCHELASTIC_ERROR_FILE goes (DIR/error.<rank>.json); empty: not set.
+  std::string error_file_dir;
 };
 
 // One worker this node starts.
@@ -68,6 +71,8 @@ struct ClusterPlan {
   int world_size = 1;                    // trainers in the job
   std::vector<env::Endpoint> endpoints;  // all trainers, rank order
   std::vector<env::Endpoint> server_endpoints;  // all servers, index order; empty: collective
+  // Every trainer's device, rank order (env::WorkerContract::world_device_ids).
+  std::vector<int> world_device_ids;
   std::vector<WorkerSpec> local;  // this node's processes: servers (index order), then trainers
                                   // (local rank order)
   // OMP_NUM_THREADS the plan sets, when the caller had not set it (to be reported once).
@@ -91,7 +96,8 @@ int local_endpoint_count(const LaunchOptions& options);
 std::vector<env::Endpoint> local_endpoints(const LaunchOptions& options, const std::string& host,
                                            const std::vector<std::uint16_t>& free_ports);
 
-// Each local process's variables for --print_config; the job secret is masked.
+// Each local process's variables for --print_config: the first process of each role in full,
+// the others by the variables that differ from it. The job secret is masked.
 std::string describe_plan(const ClusterPlan& plan);
 
 }  // namespace ddl::launcher

@@ -3,7 +3,9 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -25,6 +27,30 @@ namespace {
 
 constexpr std::size_t kJobIdBytes = 8;
 constexpr std::size_t kJobSecretBytes = 16;
+
+// A private folder for the launcher's scratch files (the workers' error files when there is no
+// --log_dir), removed with everything in it when the job ends.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "ddlaunch-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) {
+      throw SupervisorError("cannot create a scratch folder from " + pattern + ": " +
+                            std::strerror(errno));
+    }
+    path_ = pattern;
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
 
 // DDL_JOB_ID / DDL_JOB_SECRET from the caller, when set and not empty.
 std::optional<std::string> non_empty(const env::EnvMap& env, const char* name) {
@@ -199,6 +225,14 @@ int run_job(const LaunchOptions& options, const JobContext& context) {
                                   first_generation, stop);
   }
   inputs.job_id = job_id;
+  // torchrun's error files (TORCHELASTIC_ERROR_FILE): in LOG_DIR, else in a scratch folder.
+  std::optional<ScratchDir> scratch;
+  if (options.log_dir) {
+    inputs.error_file_dir = std::filesystem::absolute(*options.log_dir).string();
+  } else {
+    scratch.emplace();
+    inputs.error_file_dir = scratch->path();
+  }
 
   // Each generation is a new rendezvous with its own job id (launcher/cluster/generation.h); in a
   // multi-node job every node joins it together, and node 0 says who takes part.

@@ -27,7 +27,8 @@ const std::set<std::string>& value_flags() {
       "node_ip",       "started_port", "log_level",      "kill_timeout", "rendezvous_timeout",
       "max_restarts",  "hang_timeout", "nnodes",         "node_rank",    "master_addr",
       "master_port",   "server_num",   "worker_num",     "servers",      "workers",
-      "server_grace",  "rdzv_conf"};
+      "server_grace",  "rdzv_conf",    "devices",        "master",       "rank",
+      "job_id",        "rdzv_id",      "role"};
   return flags;
 }
 
@@ -198,6 +199,7 @@ cxxopts::Options make_cxxopts() {
   o.add_options()("selected_gpus",
                   "GPU ids, one worker per id; each worker gets FLAGS_selected_gpus=<id>", text(),
                   "0,1,...")("gpus", "alias of --selected_gpus", text(), "0,1,...")(
+      "devices", "alias of --selected_gpus (Paddle 2.x)", text(), "0,1,...")(
       "nproc_per_node", "workers on this node when no GPUs are selected (default: #GPUs, else 1)",
       text(), "N")("log_dir",
                    "write rank N's stdout+stderr to DIR/workerlog.N (created if missing)", text(),
@@ -211,16 +213,18 @@ cxxopts::Options make_cxxopts() {
            "torchrun spelling: number of nodes (use with --node_rank, --master_addr); MIN:MAX "
            "for an elastic job that runs on any number of nodes in between",
            text(), "N|MIN:MAX")("node_rank", "torchrun spelling: this node's index, 0..nnodes-1", text(),
-                         "K")("master_addr",
-                              "torchrun spelling: node 0's address (hosts the control store)",
-                              text(), "HOST")(
+                         "K")("rank", "alias of --node_rank (Paddle 2.x)", text(), "K")(
+      "master_addr", "torchrun spelling: node 0's address (hosts the control store)", text(),
+      "HOST")("master",
+              "Paddle 2.x: node 0's HOST:PORT, the same as --master_addr HOST --master_port PORT",
+              text(), "HOST:PORT")(
       "master_port",
       "multi-node: port of the control store on node 0 (default: started_port-1, else 29500)",
       text(), "P")("started_port",
                    "endpoints are node_ip:P, P+1, ... (default: free ports, exchanged between "
                    "nodes through the control store)",
                    text(), "P")(
-      "print_config", "print the configuration and each rank's environment (default true)",
+      "print_config", "print the configuration and each rank's environment",
       cxxopts::value<std::string>()->default_value("true")->implicit_value("true"),
       "BOOL")("log_level", "debug|info|warn|error or 10|20|30|40 (also passed to workers)", text(),
               "LEVEL")("kill_timeout",
@@ -258,7 +262,11 @@ cxxopts::Options make_cxxopts() {
       "write LOG_DIR/report.json and LOG_DIR/report.html (per rank: exit, CPU, memory, "
       "training curves; the generations)",
       cxxopts::value<std::string>()->default_value("true")->implicit_value("true"), "BOOL")(
-      "h,help", "print this help")("version", "print the version");
+      "rdzv_id", "torchrun: the job's id, given to workers as TORCHELASTIC_RUN_ID (default: "
+      "DDL_JOB_ID, else a random one)", text(), "ID")(
+      "role", "torchrun: the workers' ROLE_NAME (default: default)", text(), "NAME")(
+      "job_id", "Paddle 2.x: the job's name, given to workers as PADDLE_JOB_ID (default: default)",
+      text(), "NAME")("h,help", "print this help")("version", "print the version");
   return o;
 }
 
@@ -298,7 +306,9 @@ int LaunchOptions::node_index() const {
 std::string help_text() {
   return make_cxxopts().help() +
          "\nEverything after WORKER is passed to the worker untouched. WORKER is a path, or the\n"
-         "name of a program next to `launch` or on PATH.\n"
+         "name of a program next to `launch` or on PATH. Each worker gets the variables of\n"
+         "Paddle 1.8, Paddle 2.x and torchrun (PADDLE_TRAINER_ID, RANK, LOCAL_RANK, WORLD_SIZE,\n"
+         "MASTER_ADDR, TORCHELASTIC_*, ...; README: \"The environment contract\").\n"
          "kill -USR1 <launch pid> writes every running rank's stack to LOG_DIR/stacks.<K>.txt\n"
          "(also done when the hang guard fires or a rank exits 124 at a deadline).\n";
 }
@@ -325,17 +335,23 @@ LaunchOptions parse_options(int argc, const char* const argv[]) {
   o.version = r.count("version") > 0;
   if (o.help || o.version) return o;
 
-  auto one_of = [&](const char* a,
-                    const char* b) -> std::optional<std::pair<std::string, std::string>> {
-    if (r.count(a) && r.count(b)) {
-      throw OptionsError(std::string("--") + a + " and its alias --" + b + " were both given");
+  // The one of a flag's spellings that was given, with its value; more than one is an error.
+  auto one_of = [&](std::initializer_list<const char*> names)
+      -> std::optional<std::pair<std::string, std::string>> {
+    std::optional<std::pair<std::string, std::string>> given;
+    for (const char* name : names) {
+      if (!r.count(name)) continue;
+      if (given) {
+        throw OptionsError("--" + given->first + " and its alias --" + name + " were both given");
+      }
+      given = std::pair{std::string(name), r[name].as<std::string>()};
     }
-    if (r.count(a)) return std::pair{std::string(a), r[a].as<std::string>()};
-    if (r.count(b)) return std::pair{std::string(b), r[b].as<std::string>()};
-    return std::nullopt;
+    return given;
   };
 
-  if (auto g = one_of("selected_gpus", "gpus")) o.selected_gpus = parse_gpus(g->first, g->second);
+  if (auto g = one_of({"selected_gpus", "gpus", "devices"})) {
+    o.selected_gpus = parse_gpus(g->first, g->second);
+  }
   std::optional<int> nproc;
   if (r.count("nproc_per_node")) {
     nproc = parse_int_flag("nproc_per_node", r["nproc_per_node"].as<std::string>(), 1, 4096);
@@ -382,7 +398,7 @@ LaunchOptions parse_options(int argc, const char* const argv[]) {
   }
   o.quiet = r.count("quiet") > 0;
 
-  if (auto ips = one_of("cluster_node_ips", "ips")) {
+  if (auto ips = one_of({"cluster_node_ips", "ips"})) {
     o.cluster_node_ips = parse_ips(ips->first, ips->second);
     o.cluster_node_ips_given = true;
   }
@@ -420,8 +436,8 @@ LaunchOptions parse_options(int argc, const char* const argv[]) {
       start = comma + 1;
     }
   }
-  if (r.count("node_rank")) {
-    o.node_rank = parse_int_flag("node_rank", r["node_rank"].as<std::string>(), 0, kMaxNodes - 1);
+  if (auto k = one_of({"node_rank", "rank"})) {
+    o.node_rank = parse_int_flag(k->first, k->second, 0, kMaxNodes - 1);
   }
   if (r.count("master_addr")) {
     const std::string v = r["master_addr"].as<std::string>();
@@ -430,6 +446,31 @@ LaunchOptions parse_options(int argc, const char* const argv[]) {
   if (r.count("master_port")) {
     o.master_port = parse_int_flag("master_port", r["master_port"].as<std::string>(), 1, 65535);
   }
+  if (r.count("master")) {
+    const std::string v = r["master"].as<std::string>();
+    if (o.master_addr || o.master_port) {
+      bad_value("master", v, "give either --master or --master_addr/--master_port, not both");
+    }
+    if (v.rfind("etcd://", 0) == 0) {
+      bad_value("master", v, "an etcd master is not supported; give node 0's HOST:PORT");
+    }
+    const std::string hostport = v.rfind("http://", 0) == 0 ? v.substr(7) : v;
+    const auto colon = hostport.rfind(':');
+    if (colon == std::string::npos) bad_value("master", v, "expected HOST:PORT of node 0");
+    o.master_addr = check_ip("master", v, hostport.substr(0, colon));
+    o.master_port = parse_int_flag("master", hostport.substr(colon + 1), 1, 65535);
+  }
+  auto name_flag = [&](const char* flag) -> std::optional<std::string> {
+    if (!r.count(flag)) return std::nullopt;
+    const std::string v = r[flag].as<std::string>();
+    if (v.empty() || v.find_first_of(" \t\n,=") != std::string::npos) {
+      bad_value(flag, v, "expected a non-empty name without spaces, commas or '='");
+    }
+    return v;
+  };
+  o.rdzv_id = name_flag("rdzv_id");
+  o.job_id = name_flag("job_id");
+  if (auto role = name_flag("role")) o.role = *role;
   const bool torchrun_spelling = o.nnodes || o.node_rank || o.master_addr;
   if (torchrun_spelling) {
     if (o.cluster_node_ips_given) {
@@ -508,7 +549,7 @@ LaunchOptions parse_options(int argc, const char* const argv[]) {
     }
     if (!o.selected_gpus.empty() && !explicit_endpoints &&
         static_cast<int>(o.selected_gpus.size()) != o.worker_num) {
-      const auto g = one_of("selected_gpus", "gpus");
+      const auto g = one_of({"selected_gpus", "gpus", "devices"});
       throw OptionsError("--" + g->first + "='" + g->second + "' gives " +
                          std::to_string(o.selected_gpus.size()) + " GPU(s) for --worker_num=" +
                          std::to_string(o.worker_num) + " trainers per node (one GPU per trainer)");
@@ -601,6 +642,7 @@ std::string describe_options(const LaunchOptions& o) {
   os << "cluster_node_ips: " << join(o.cluster_node_ips) << "\n";
   os << "hang_timeout: " << (o.hang_timeout.count() == 0 ? "None" : seconds(o.hang_timeout))
      << "\n";
+  os << "job_id: " << o.job_id.value_or("default") << "\n";
   os << "kill_timeout: " << seconds(o.kill_timeout) << "\n";
   os << "log_dir: " << o.log_dir.value_or("None") << "\n";
   const auto level = spdlog::level::to_string_view(o.log_level);
@@ -618,8 +660,10 @@ std::string describe_options(const LaunchOptions& o) {
   os << "nproc_per_node: " << o.nproc_per_node << "\n";
   os << "print_config: " << (o.print_config ? "True" : "False") << "\n";
   os << "quiet: " << (o.quiet ? "True" : "False") << "\n";
+  os << "rdzv_id: " << o.rdzv_id.value_or("None") << "\n";
   os << "rendezvous_timeout: "
      << seconds(o.rendezvous_timeout.value_or(env::kDefaultRendezvousTimeout)) << "\n";
+  os << "role: " << o.role << "\n";
   os << "selected_gpus: " << (o.selected_gpus.empty() ? "None" : join(o.selected_gpus)) << "\n";
   // A parameter-server job's flags; a collective job's block stays as it always was.
   if (o.ps_job()) {

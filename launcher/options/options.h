@@ -33,7 +33,7 @@ inline constexpr int kMaxRestartsLimit = 1000;  // --max_restarts accepts 0..kMa
 inline constexpr int kMaxProcessesPerRole = 4096;  // --server_num / --worker_num accept 1..this
 
 struct LaunchOptions {
-  std::vector<int> selected_gpus;      // --selected_gpus / --gpus; empty: no GPUs selected
+  std::vector<int> selected_gpus;      // --selected_gpus / --gpus / --devices; empty: none
   int nproc_per_node = 1;              // resolved: #gpus when selected, else --nproc_per_node or 1
   std::optional<std::string> log_dir;  // --log_dir; unset: every rank prints to the console
   bool quiet = false;                  // --quiet: with --log_dir, rank 0 is not echoed either
@@ -51,8 +51,8 @@ struct LaunchOptions {
   // --cluster_node_ips.
   std::optional<int> nnodes;      // --nnodes=N, or MAX of --nnodes=MIN:MAX
   std::optional<int> min_nnodes;  // MIN of --nnodes=MIN:MAX (elastic when below nnodes)
-  std::optional<int> node_rank;
-  std::optional<std::string> master_addr;
+  std::optional<int> node_rank;            // --node_rank, or --rank (Paddle 2.x)
+  std::optional<std::string> master_addr;  // --master_addr, or HOST of --master (Paddle 2.x)
   // --master_port: the control store's port in a multi-node job (either spelling); default:
   // --started_port - 1 when that is set, else kDefaultControlPort.
   std::optional<int> master_port;
@@ -79,6 +79,11 @@ struct LaunchOptions {
   // Elastic jobs: after MIN nodes joined, how long to wait for more before starting
   // (--rdzv_conf last_call_timeout=S, torchrun's spelling and default).
   std::chrono::milliseconds last_call_timeout{30'000};
+  // Names the workers are told (env/contract.h): TORCHELASTIC_RUN_ID (default: the job id),
+  // ROLE_NAME, PADDLE_JOB_ID (default "default", as Paddle's).
+  std::optional<std::string> rdzv_id;  // --rdzv_id (torchrun)
+  std::string role = "default";        // --role (torchrun)
+  std::optional<std::string> job_id;   // --job_id (Paddle 2.x)
   bool report = true;    // --report[=false]: write LOG_DIR/report.json and report.html
   bool help = false;     // --help / -h: print help_text() and exit 0 (WORKER not required)
   bool version = false;  // --version: print the version and exit 0 (WORKER not required)

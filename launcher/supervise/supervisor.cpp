@@ -34,6 +34,7 @@
 
 #include "launcher/diagnose/stacks.h"
 #include "launcher/report/run_report.h"
+#include "launcher/supervise/error_file.h"
 #include "launcher/supervise/group_stop.h"
 #include "launcher/supervise/watchdog.h"
 
@@ -99,6 +100,8 @@ struct Worker {
   bool running = false;
   int status = 0;  // wait status once reaped
   struct rusage usage {};  // once reaped
+  std::string error_file;  // TORCHELASTIC_ERROR_FILE; empty when not set
+  std::optional<std::string> recorded_error;  // what it wrote there before failing
 
   std::unique_ptr<asio::posix::stream_descriptor> pipe;
   bool eof = true;
@@ -112,6 +115,7 @@ struct Worker {
     started = running = false;
     status = 0;
     usage = {};
+    recorded_error.reset();
     pipe.reset();
     eof = true;
   }
@@ -262,6 +266,10 @@ class Supervisor {
     }
     bp::environment environment;
     for (const auto& [name, value] : l.env) environment[name] = value;
+    w.error_file = env::lookup(l.env, env::kElasticErrorFile).value_or("");
+    if (std::string why; !w.error_file.empty() && !remove_error_file(w.error_file, why)) {
+      spdlog::warn("{}: {}", w.name, why);
+    }
     const pid_t launcher_pid = ::getpid();
     const int out_fd = fds[1];
     try {
@@ -507,6 +515,7 @@ class Supervisor {
         usage.peak_rss_kib = w->usage.ru_maxrss;
         options_.report->process_exited(w->name, generation_.index(), w->status, usage, wall_now());
       }
+      if (failed && !w->error_file.empty()) w->recorded_error = read_error_message(w->error_file);
       if (failed && !stop_.begun() && state_ == JobState::kRunning) {
         first_failure_ = w.get();
         enter(JobState::kWorkerFailed);
@@ -517,8 +526,8 @@ class Supervisor {
                       " (a rendezvous or collective deadline passed)");
         }
         spdlog::error("{} (pid {}) {}: stopping the other {} worker(s)", w->name, w->pid,
-                      describe_status(w->status), live_workers());
-        notify_if_final(rank_of(*w), w->name + " " + describe_status(w->status));
+                      ended(*w), live_workers());
+        notify_if_final(rank_of(*w), w->name + " " + ended(*w));
         begin_stop(SIGTERM);
       }
     }
@@ -730,7 +739,7 @@ class Supervisor {
 
   // What ended the current generation, e.g. "rank 1 exited with code 3".
   std::string failure_what() const {
-    if (first_failure_) return first_failure_->name + " " + describe_status(first_failure_->status);
+    if (first_failure_) return first_failure_->name + " " + ended(*first_failure_);
     if (!hang_message_.empty()) return hang_message_;
     if (peer_failure_) return peer_failure_->second;
     if (external_) return external_->second;
@@ -778,6 +787,13 @@ class Supervisor {
     }
     spdlog::warn("{}: stacks of {} process(es) in {} ({} s); innermost frame of our code:{}",
                  reason, stacks.size(), where, elapsed_text(Clock::now() - started), lines);
+  }
+
+  // How a reaped process ended, with the exception it recorded in its error file, e.g.
+  // "exited with code 1 (RuntimeError: boom)".
+  static std::string ended(const Worker& w) {
+    const std::string status = describe_status(w.status);
+    return w.recorded_error ? status + " (" + *w.recorded_error + ")" : status;
   }
 
   static std::string log_of(const Worker& w, const std::string& without) {
@@ -833,7 +849,7 @@ class Supervisor {
       out.failed_rank = rank_of(w);
       out.failed_process = w.name;
       spdlog::error("job failed{}: {} (pid {}) {}; launcher exit code {}{}", after, w.name, w.pid,
-                    describe_status(w.status), out.exit_code, failure_details());
+                    ended(w), out.exit_code, failure_details());
     } else if (!hang_message_.empty()) {
       spdlog::error("job failed{}: {}; launcher exit code {}{}", after, hang_message_,
                     out.exit_code, failure_details());

@@ -86,6 +86,92 @@ TEST(Contract, WriteThenReadBack) {
   EXPECT_EQ(back->restart_count, 2);
 }
 
+TEST(Contract, TorchrunAgentVariables) {
+  WorkerContract c = two_rank_contract(1);
+  c.node_rank = 1;
+  c.nnodes = 3;
+  c.run_id = "run-7";
+  c.max_restarts = 4;
+  c.role_name = "trainer";
+  c.error_file = "/logs/error.1.json";
+  const EnvMap vars = to_env(c);
+  EXPECT_EQ(vars.at(kGroupRank), "1");
+  EXPECT_EQ(vars.at(kGroupWorldSize), "3");
+  EXPECT_EQ(vars.at(kRoleRank), "1");
+  EXPECT_EQ(vars.at(kRoleWorldSize), "2");
+  EXPECT_EQ(vars.at(kRoleName), "trainer");
+  EXPECT_EQ(vars.at(kElasticRunId), "run-7");
+  EXPECT_EQ(vars.at(kElasticRestartCount), "2") << "the generation, as DDL_RESTART_COUNT";
+  EXPECT_EQ(vars.at(kElasticMaxRestarts), "4");
+  EXPECT_EQ(vars.at(kElasticUseAgentStore), "False");
+  EXPECT_EQ(vars.at(kElasticErrorFile), "/logs/error.1.json");
+  c.error_file.clear();
+  EXPECT_EQ(to_env(c).count(kElasticErrorFile), 0u);
+  // Defaults: one node, torchrun's role and run id.
+  const EnvMap plain = to_env(two_rank_contract(0));
+  EXPECT_EQ(plain.at(kGroupRank), "0");
+  EXPECT_EQ(plain.at(kGroupWorldSize), "1");
+  EXPECT_EQ(plain.at(kRoleName), "default");
+  EXPECT_EQ(plain.at(kElasticRunId), "none");
+}
+
+TEST(Contract, Paddle2Variables) {
+  WorkerContract c = two_rank_contract(1);
+  const EnvMap cpu = to_env(c);
+  EXPECT_EQ(cpu.at(kPaddleGlobalRank), "1");
+  EXPECT_EQ(cpu.at(kPaddleLocalRank), "1");
+  EXPECT_EQ(cpu.at(kPaddleGlobalSize), "2");
+  EXPECT_EQ(cpu.at(kPaddleLocalSize), "2");
+  EXPECT_EQ(cpu.at(kPaddleNnodes), "1");
+  EXPECT_EQ(cpu.at(kPaddleMaster), "127.0.0.1:6170");
+  EXPECT_EQ(cpu.at(kPaddleRankInNode), "1");
+  EXPECT_EQ(cpu.at(kPaddleWorldDeviceIds), "0,1") << "CPU processes are numbered by local rank";
+  EXPECT_EQ(cpu.at(kPaddleLocalDeviceIds), "1");
+  EXPECT_EQ(cpu.at(kPaddleJobId), "default");
+  EXPECT_EQ(cpu.at(kPaddleDistriBackend), "gloo") << "no GPU: Paddle must not take the NCCL way";
+
+  c.gpu = 5;
+  c.world_device_ids = {4, 5};
+  c.paddle_job_id = "mnist";
+  const EnvMap gpu = to_env(c);
+  EXPECT_EQ(gpu.at(kPaddleWorldDeviceIds), "4,5");
+  EXPECT_EQ(gpu.at(kPaddleLocalDeviceIds), "5");
+  EXPECT_EQ(gpu.at(kPaddleJobId), "mnist");
+  EXPECT_EQ(gpu.count(kPaddleDistriBackend), 0u);
+
+  c.world_device_ids = {4, 6};
+  EXPECT_THROW(to_env(c), EnvError) << "the local device must be FLAGS_selected_gpus";
+  c.world_device_ids = {4};
+  EXPECT_THROW(to_env(c), EnvError) << "one device per rank";
+}
+
+TEST(Contract, JobPlaceMustBeConsistent) {
+  WorkerContract c = two_rank_contract(0);
+  c.node_rank = 2;
+  c.nnodes = 2;
+  EXPECT_THROW(to_env(c), EnvError);
+  c = two_rank_contract(0);
+  c.max_restarts = -1;
+  EXPECT_THROW(to_env(c), EnvError);
+  c = two_rank_contract(0);
+  c.run_id.clear();
+  EXPECT_THROW(to_env(c), EnvError);
+}
+
+TEST(Contract, ServersGetNoTorchrunOrPaddle2Variables) {
+  WorkerContract c = two_rank_contract(0);
+  c.role = Role::kServer;
+  c.server_endpoints = {{"127.0.0.1", 7000}};
+  c.current = c.server_endpoints[0];
+  c.local_rank = 0;
+  c.local_world_size = 1;
+  const EnvMap vars = to_env(c);
+  for (const char* name : {kGroupRank, kElasticRunId, kElasticUseAgentStore, kPaddleGlobalRank,
+                           kPaddleWorldDeviceIds, kPaddleMaster}) {
+    EXPECT_EQ(vars.count(name), 0u) << name;
+  }
+}
+
 TEST(Contract, NoGpuMeansNoFlag) {
   EnvMap vars = to_env(two_rank_contract(0));
   EXPECT_EQ(vars.count(kSelectedGpus), 0u);

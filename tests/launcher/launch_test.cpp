@@ -293,6 +293,52 @@ TEST(Launch, RestartAfterAFailureInTheFirstStartSucceeds) {
   expect_nothing_left(all_groups(run));
 }
 
+// torchrun's error files: what a worker wrote to TORCHELASTIC_ERROR_FILE (as @record does) is
+// quoted where its failure is reported; a file left by an earlier start is not.
+TEST(Launch, RecordedErrorIsQuotedAndAStaleOneIsNot) {
+  TempDir tmp;
+  const fs::path logs = tmp.path() / "logs";
+  const fs::path script = tmp.path() / "records.sh";
+  {
+    std::ofstream out(script);
+    out << "#!/bin/sh\n"
+           "if [ \"$RANK\" = 1 ]; then\n"
+           "  if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then\n"
+           "    printf '{\"message\": {\"message\": \"ValueError: bad batch\\\\nmore\", "
+           "\"extraInfo\": {}}}' > \"$TORCHELASTIC_ERROR_FILE\"\n"
+           "  fi\n"
+           "  exit 5\n"
+           "fi\n"
+           "sleep 30\n";
+  }
+  fs::permissions(script, fs::perms::owner_all);
+  LaunchRun run(tmp,
+                {"--nproc_per_node=2", "--max_restarts=1", "--log_dir", logs.string(),
+                 "--print_config=false", script.string()},
+                {{"TMPDIR", tmp.path().string()}});
+  ASSERT_EQ(run.wait(milliseconds(10'000)), 5) << run.err();
+  const std::string err = run.err();
+  EXPECT_TRUE(contains(err, "rank 1 exited with code 5 (ValueError: bad batch); restarting"))
+      << "the first line of the recorded message: " << err;
+  EXPECT_TRUE(contains(err, "exited with code 5; launcher exit code 5"))
+      << "the second start recorded nothing: " << err;
+  EXPECT_EQ(count(err, "ValueError"), 3) << "the failure, the restart line and the history: "
+                                         << err;
+  EXPECT_FALSE(fs::exists(logs / "error.1.json")) << "removed before the second start";
+
+  // Without --log_dir the files go to a scratch folder that is gone when the job ends.
+  LaunchRun bare(tmp, {"--nproc_per_node=2", "--print_config=false", script.string()},
+                 {{"TMPDIR", tmp.path().string()}});
+  ASSERT_EQ(bare.wait(milliseconds(10'000)), 5) << bare.err();
+  EXPECT_TRUE(contains(bare.err(), "exited with code 5 (ValueError: bad batch); launcher exit"))
+      << bare.err();
+  for (const auto& entry : fs::directory_iterator(tmp.path())) {
+    EXPECT_NE(entry.path().filename().string().rfind("ddlaunch-", 0), 0u)
+        << "scratch folder left behind: " << entry.path();
+  }
+  expect_nothing_left(all_groups(run));
+}
+
 TEST(Launch, AlwaysFailingWorkerEndsAfterMaxRestartsWithItsCode) {
   TempDir tmp;
   const fs::path logs = tmp.path() / "logs";

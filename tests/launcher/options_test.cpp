@@ -69,6 +69,35 @@ TEST(Options, Aliases) {
   EXPECT_NE(error_of({"--gpus=0", "--selected_gpus=1", "w"}), "");
 }
 
+TEST(Options, Paddle2AndTorchrunNames) {
+  LaunchOptions o = parse({"--devices=1,0", "--nnodes=2", "--rank=1", "--master=10.0.0.1:6000",
+                           "--job_id=mnist", "--rdzv_id=abc", "--role=trainer", "w"});
+  EXPECT_EQ(o.selected_gpus, (std::vector<int>{1, 0}));
+  EXPECT_EQ(o.node_rank, 1);
+  EXPECT_EQ(o.master_addr, "10.0.0.1");
+  EXPECT_EQ(o.master_port, 6000);
+  EXPECT_EQ(o.job_id, "mnist");
+  EXPECT_EQ(o.rdzv_id, "abc");
+  EXPECT_EQ(o.role, "trainer");
+  EXPECT_EQ(parse({"--master=http://10.0.0.1:6000", "--nnodes=2", "w"}).master_port, 6000);
+  const LaunchOptions d = parse({"w"});
+  EXPECT_FALSE(d.job_id);
+  EXPECT_FALSE(d.rdzv_id);
+  EXPECT_EQ(d.role, "default");
+  const std::string described = describe_options(o);
+  EXPECT_NE(described.find("job_id: mnist\n"), std::string::npos) << described;
+  EXPECT_NE(described.find("rdzv_id: abc\n"), std::string::npos) << described;
+
+  EXPECT_NE(error_of({"--devices=0", "--gpus=1", "w"}).find("--devices"), std::string::npos);
+  EXPECT_NE(error_of({"--rank=1", "--node_rank=1", "--nnodes=2", "--master_addr=h", "w"}), "");
+  EXPECT_NE(error_of({"--master=etcd://10.0.0.1:2379", "w"}).find("etcd"), std::string::npos);
+  EXPECT_NE(error_of({"--master=10.0.0.1", "w"}).find("HOST:PORT"), std::string::npos);
+  EXPECT_NE(error_of({"--master=10.0.0.1:1", "--master_port=2", "w"}).find("not both"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--job_id=a b", "w"}).find("--job_id"), std::string::npos);
+  EXPECT_NE(error_of({"--rdzv_id=", "w"}).find("--rdzv_id"), std::string::npos);
+}
+
 TEST(Options, WorkerArgumentsAreUntouched) {
   LaunchOptions o =
       parse({"--nproc_per_node=2", "w", "--nproc_per_node=9", "--bogus", "--", "x y", "--log_dir"});

@@ -120,6 +120,45 @@ TEST(Plan, TwoNodesAreNodeMajor) {
   EXPECT_EQ(first.local[1].env.at("PADDLE_TRAINER_ID"), "1");
 }
 
+TEST(Plan, NodePlaceAndDevicesForTorchrunAndPaddle2) {
+  FakePicker picker{{1}};
+  const ClusterPlan plan = make_plan(
+      parse({"--ips=10.0.0.1,10.0.0.2", "--node_ip=10.0.0.2", "--started_port=6170",
+             "--devices=3,1", "--max_restarts=2", "--job_id=mnist", "--rdzv_id=r9", "--role=tr",
+             "w"}),
+      inputs(picker));
+  ASSERT_EQ(plan.local.size(), 2u);
+  const env::EnvMap& e = plan.local[1].env;
+  EXPECT_EQ(e.at("GROUP_RANK"), "1");
+  EXPECT_EQ(e.at("GROUP_WORLD_SIZE"), "2");
+  EXPECT_EQ(e.at("PADDLE_NNODES"), "2");
+  EXPECT_EQ(e.at("ROLE_RANK"), "3");
+  EXPECT_EQ(e.at("ROLE_NAME"), "tr");
+  EXPECT_EQ(e.at("TORCHELASTIC_RUN_ID"), "r9");
+  EXPECT_EQ(e.at("TORCHELASTIC_MAX_RESTARTS"), "2");
+  EXPECT_EQ(e.at("PADDLE_JOB_ID"), "mnist");
+  EXPECT_EQ(e.at("FLAGS_selected_gpus"), "1");
+  EXPECT_EQ(e.at("PADDLE_WORLD_DEVICE_IDS"), "3,1,3,1") << "every node uses the same GPU list";
+  EXPECT_EQ(e.at("PADDLE_LOCAL_DEVICE_IDS"), "1");
+  EXPECT_EQ(e.at("PADDLE_MASTER"), "10.0.0.1:6170");
+  EXPECT_EQ(e.at("TORCH_NCCL_ASYNC_ERROR_HANDLING"), "1");
+  EXPECT_EQ(e.count("TORCHELASTIC_ERROR_FILE"), 0u) << "no error file folder given";
+
+  // Without --rdzv_id the run id is the job's, the same in every generation; error files go to
+  // the folder given; the caller's NCCL setting wins.
+  PlanInputs in = inputs(picker, 8, {{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"}});
+  in.error_file_dir = "/logs";
+  in.generation = Generation().next();
+  const ClusterPlan restarted = make_plan(parse({"--started_port=6170", "--nproc_per_node=2", "w"}), in);
+  const env::EnvMap& r = restarted.local[1].env;
+  EXPECT_EQ(r.at("TORCHELASTIC_RUN_ID"), "job1");
+  EXPECT_EQ(r.at("TORCHELASTIC_RESTART_COUNT"), "1");
+  EXPECT_EQ(r.at("TORCHELASTIC_ERROR_FILE"), "/logs/error.1.json");
+  EXPECT_EQ(r.count("TORCH_NCCL_ASYNC_ERROR_HANDLING"), 0u) << "the plan does not override it";
+  EXPECT_EQ(r.at("PADDLE_JOB_ID"), "default");
+  EXPECT_EQ(r.at("PADDLE_WORLD_DEVICE_IDS"), "0,1");
+}
+
 TEST(Plan, SeveralNodesNeedStartedPort) {
   FakePicker picker{{5001}};
   try {
@@ -259,9 +298,15 @@ TEST(PsPlan, OneNodeFreePortsServersFirst) {
     EXPECT_EQ(back->server_endpoints, plan.server_endpoints);
   }
   const std::string text = describe_plan(plan);
-  EXPECT_NE(text.find("----------- server 1 (local server 1) environment"), std::string::npos)
+  EXPECT_NE(text.find("----------- server 1 (local server 1) environment: as server 0 except"),
+            std::string::npos)
       << text;
-  EXPECT_NE(text.find("----------- rank 2 (local rank 2) environment"), std::string::npos) << text;
+  EXPECT_NE(text.find("----------- rank 2 (local rank 2) environment: as rank 0 except"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("\nPADDLE_TRAINER_ID=2\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("PADDLE_TRAINERS_NUM=3", text.find("rank 2 (local")), std::string::npos)
+      << "what rank 2 shares with rank 0 is printed once: " << text;
 }
 
 TEST(PsPlan, StartedPortGivesServersThenTrainers) {
