@@ -20,6 +20,8 @@ packages=(
   elfutils gdb
   # The run report's render test opens report.html in headless Chromium.
   chromium
+  # tests/torch_programs/ runs real PyTorch programs (and Debian's torchrun) with /usr/bin/python3.
+  python3-torch
 )
 
 missing=()
