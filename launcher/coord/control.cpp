@@ -473,6 +473,10 @@ void ControlChannel::watch_loop(std::shared_ptr<ExternalStop> stop) {
           } catch (const RecordError& e) {
             record = FailureRecord{-1, std::nullopt, 1, e.what()};
           }
+          if (record.node != me) {
+            std::lock_guard<std::mutex> lock(mutex_);
+            peer_generation_failure_ = record;
+          }
           if (record.node != me || record.exit_code == 0) {
             stop->generation_failed(Generation(generation), record.exit_code,
                                     "generation " + std::to_string(generation) +
@@ -560,7 +564,13 @@ void ControlChannel::watch_loop(std::shared_ptr<ExternalStop> stop) {
 }
 
 void ControlChannel::report_failure(const FailureNotice& notice) {
-  const FailureRecord record{options_.node_rank, notice.rank, notice.exit_code, notice.what};
+  FailureRecord record{options_.node_rank, notice.rank, notice.exit_code, notice.what};
+  if (notice.from_peer) {
+    // Ended by another node's failure: pass on that node's own record (whichever node's report
+    // lands first, the job's failure names where it happened).
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (peer_generation_failure_) record = *peer_generation_failure_;
+  }
   try {
     if (publish_failure(*store_, record)) {
       spdlog::info("told the other nodes: {}", record.str());

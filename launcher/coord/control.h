@@ -171,6 +171,9 @@ class ControlChannel {
   std::mutex mutex_;
   std::set<int> lost_nodes_;        // node 0: nodes declared lost by the watcher
   std::optional<FailureRecord> seen_failure_;  // what the watcher read under "failed"
+  // The last generation failure another node reported (the watcher): when this node's job ends
+  // because of it, that node's record is what this node passes on as the job's failure.
+  std::optional<FailureRecord> peer_generation_failure_;
   std::set<int> joined_;            // nodes whose description was read
   std::set<int> checked_;           // node 0, elastic: nodes whose description was compared
   int current_generation_ = -1;     // the generation last joined (watcher: what to watch)

@@ -867,11 +867,13 @@ class Supervisor {
     if (out.exit_code != 0) {
       std::optional<int> rank;
       if (first_failure_) rank = rank_of(*first_failure_);
-      notify_failure(FailureNotice{rank, out.exit_code,
-                                   failed ? failure_what()
-                                   : interrupt_
-                                       ? "the launcher was stopped by " + signal_name(*interrupt_)
-                                       : spawn_error_});
+      FailureNotice notice{rank, out.exit_code,
+                           failed ? failure_what()
+                           : interrupt_ ? "the launcher was stopped by " + signal_name(*interrupt_)
+                                        : spawn_error_};
+      notice.from_peer = failed && !first_failure_ && hang_message_.empty() && peer_failure_ &&
+                         !external_ && !interrupt_;
+      notify_failure(notice);
     } else if (servers_stopped_ > 0) {
       spdlog::info("job succeeded{}: every trainer exited with code 0; {} server(s) were stopped "
                    "after them",

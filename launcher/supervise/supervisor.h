@@ -74,6 +74,8 @@ struct FailureNotice {
                             // guard or a signal
   int exit_code = 1;        // what this launcher exits with
   std::string what;         // "rank 3 exited with code 7", "server 1 ...", "stopped by SIGINT"
+  // The job ends because its last generation failed on another node (which reports it itself).
+  bool from_peer = false;
 };
 
 // What the other nodes of a multi-node job tell this node's supervisor, from another thread (the
