@@ -134,8 +134,38 @@ void set_server_endpoints(EnvMap& env, const std::vector<Endpoint>& servers) {
   }
 }
 
+std::string source_name(WorkerContract::Source source) {
+  switch (source) {
+    case WorkerContract::Source::kSlurm:
+      return "Slurm (srun)";
+    case WorkerContract::Source::kMpi:
+      return "Open MPI (mpirun)";
+    case WorkerContract::Source::kLaunch:
+      break;
+  }
+  return "launch";
+}
+
 void WorkerContract::validate() const {
   auto bad = [](const std::string& msg) { throw EnvError("inconsistent worker contract: " + msg); };
+  if (source != Source::kLaunch) {
+    // A scheduler's contract (env/scheduler.h): a trainer that knows the store and its place.
+    const std::string from = " (contract from " + source_name(source) + ")";
+    if (role != Role::kTrainer) bad("only trainers can be started by a scheduler" + from);
+    if (world_size < 1 || rank < 0 || rank >= world_size) {
+      bad("rank " + std::to_string(rank) + " must be in [0, " + std::to_string(world_size) + ")" +
+          from);
+    }
+    if (endpoints.size() != 1) bad("a scheduler's contract names only the store's endpoint" + from);
+    if (local_world_size < 1 || local_rank < 0 || local_rank >= local_world_size ||
+        local_world_size > world_size) {
+      bad("local rank " + std::to_string(local_rank) + " must be in [0, " +
+          std::to_string(local_world_size) + ") with at most " + std::to_string(world_size) +
+          " local workers" + from);
+    }
+    if (rendezvous_timeout.count() <= 0) bad("the rendezvous timeout must be > 0" + from);
+    return;
+  }
   const bool server = role == Role::kServer;
   if (world_size < 1) bad(std::string(kTrainersNum) + "=" + std::to_string(world_size) + " must be >= 1");
   if (static_cast<int>(endpoints.size()) != world_size) {
@@ -193,6 +223,9 @@ void WorkerContract::validate() const {
 
 EnvMap to_env(const WorkerContract& c) {
   c.validate();
+  if (c.source != WorkerContract::Source::kLaunch) {
+    throw EnvError("a contract from " + source_name(c.source) + " cannot be written as variables");
+  }
   const bool server = c.role == Role::kServer;
   EnvMap env;
   if (!server) env[kTrainerId] = std::to_string(c.rank);

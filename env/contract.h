@@ -148,6 +148,12 @@ std::string role_noun(Role role);
 // still describe the trainers, local_rank/local_world_size count this node's servers, and
 // torchrun's variables (which know no servers) are not written.
 struct WorkerContract {
+  // Who wrote the contract: `launch` (the whole contract below), or a scheduler that started the
+  // worker itself (env/scheduler.h: Slurm's srun, Open MPI's mpirun). A scheduler's contract
+  // knows only the store's endpoint: `endpoints` is then {MASTER_ADDR:MASTER_PORT} alone and
+  // `current` is this process's host (empty: this machine's host name) with port 0.
+  enum class Source { kLaunch, kSlurm, kMpi };
+  Source source = Source::kLaunch;
   Role role = Role::kTrainer;
   int rank = 0;              // global rank, node-major (a server: its index among the servers)
   int world_size = 1;
@@ -184,7 +190,11 @@ struct WorkerContract {
   void validate() const;
 };
 
-// The variables that carry `c`: Paddle's (1.8 and 2.x), torchrun's and ours. Validates first. TRAINING_ROLE and
+// "launch", "Slurm (srun)" or "Open MPI (mpirun)": for messages.
+std::string source_name(WorkerContract::Source source);
+
+// The variables that carry `c`: Paddle's (1.8 and 2.x), torchrun's and ours. Validates first;
+// only a contract from `launch` can be written (EnvError otherwise). TRAINING_ROLE and
 // PADDLE_PSERVERS_IP_PORT_LIST are written only when the job has servers (`server_endpoints` not
 // empty), so a collective job's environment is exactly Paddle's collective one. A server gets no
 // PADDLE_TRAINER_ID and no torchrun variables, and it alone gets PADDLE_PORT and POD_IP (its own

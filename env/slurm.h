@@ -20,7 +20,7 @@ inline constexpr const char* kSlurmJobNodelist = "SLURM_JOB_NODELIST";  // e.g. 
 inline constexpr const char* kSlurmNnodes = "SLURM_NNODES";              // nodes in the allocation
 inline constexpr const char* kSlurmNodeId = "SLURM_NODEID";              // this node, 0-based
 inline constexpr const char* kSlurmNtasksPerNode = "SLURM_NTASKS_PER_NODE";  // srun tasks per node
-inline constexpr const char* kSlurmJobId = "SLURM_JOB_ID";                   // for messages only
+inline constexpr const char* kSlurmJobId = "SLURM_JOB_ID";  // messages; env/scheduler.h: ids, ports
 
 // Longest node list expand_hostlist() produces (a typo such as "n[0-99999999]" must not eat memory).
 inline constexpr std::size_t kMaxHostlistHosts = 65'536;

@@ -15,7 +15,11 @@ namespace {
 
 int run(int argc, char** argv) {
   using namespace ddl::launcher;
-  const LaunchOptions options = parse_options(argc, argv);
+  const ddl::env::EnvMap caller_env = ddl::env::current_environment();
+  MachineCounts machine;
+  machine.cores = online_cores();
+  machine.gpus = visible_gpu_count(caller_env);
+  const LaunchOptions options = parse_options(argc, argv, caller_env, machine);
   if (options.help) {
     std::cout << help_text();
     return 0;
@@ -26,9 +30,9 @@ int run(int argc, char** argv) {
   }
   spdlog::set_level(options.log_level);
   JobContext context;
-  context.caller_env = ddl::env::current_environment();
+  context.caller_env = caller_env;
   context.launcher_dir = launcher_directory();
-  context.cores = online_cores();
+  context.cores = machine.cores;
   return run_job(options, context);
 }
 

@@ -22,6 +22,10 @@ packages=(
   chromium
   # tests/torch_programs/ runs real PyTorch programs (and Debian's torchrun) with /usr/bin/python3.
   python3-torch
+  # Schedulers the tests run for real: Open MPI's mpirun (tests/schedulers/) and a two-node Slurm
+  # 22.05 cluster on this machine (scripts/slurm_cluster.sh, tests/schedulers/).
+  openmpi-bin
+  munge slurmctld slurmd slurm-client
 )
 
 missing=()

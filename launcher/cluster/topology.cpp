@@ -1,5 +1,6 @@
 #include "launcher/cluster/topology.h"
 
+#include "env/scheduler.h"
 #include "env/slurm.h"
 #include "launcher/cluster/plan.h"
 
@@ -45,6 +46,32 @@ NodeTopology resolve_topology(const LaunchOptions& o, const env::EnvMap& env) {
     t.node_rank = o.node_index();
     t.local_host = o.node_ip;
     t.control = env::Endpoint{t.hosts.front(), control_port(o)};
+    return t;
+  }
+  // Started by mpirun (`mpirun -np N launch ...`): every mpirun process is one node of the job,
+  // like torchrun's spelling with --nnodes=N --node_rank=<its MPI rank>.
+  if (auto mpi = env::mpi_process(env); mpi && mpi->size > 1) {
+    t.source = std::string("Open MPI (") + env::kOmpiSize + "=" + std::to_string(mpi->size) +
+               ", " + env::kOmpiRank + "=" + std::to_string(mpi->rank) + ")";
+    t.nnodes = t.min_nnodes = mpi->size;
+    t.node_rank = mpi->rank;
+    std::string host = kDefaultNodeIp;
+    if (auto addr = env::lookup(env, env::kMasterAddr); addr && !addr->empty()) {
+      host = *addr;
+    } else if (!mpi->one_host()) {
+      throw PlanError(t.source + " spans machines (" + env::kOmpiLocalSize + "=" +
+                      std::to_string(mpi->local_size) + ") but " + env::kMasterAddr +
+                      " is not set: pass node 0's address, e.g. mpirun -x " + env::kMasterAddr +
+                      "=<host> (or give --master_addr)");
+    }
+    if (mpi->one_host()) t.local_host = kDefaultNodeIp;
+    std::uint16_t port = control_port(o);
+    if (!o.master_port && !o.started_port) {
+      if (auto p = env::lookup(env, env::kMasterPort)) {
+        port = env::parse_endpoint(host + ":" + *p, env::kMasterPort).port;
+      }
+    }
+    t.control = env::Endpoint{host, port};
     return t;
   }
   if (auto slurm = env::slurm_nodes(env); slurm && slurm->hosts.size() > 1) {

@@ -11,6 +11,11 @@
 // - Slurm's (no node flag at all, and SLURM_JOB_NODELIST, SLURM_NNODES, SLURM_NODEID set; see
 //   env/slurm.h): the expanded node list and SLURM_NODEID, as if given with Paddle's flags. A
 //   one-node allocation is a single-node job like any other.
+// - Open MPI's (no node flag, launch started by mpirun with 2+ processes; env/scheduler.h): each
+//   mpirun process is a node, its rank OMPI_COMM_WORLD_RANK, as with torchrun's spelling; node 0
+//   is at MASTER_ADDR (127.0.0.1 when every process is on this machine), the control port
+//   --master_port, else MASTER_PORT, else the default below. Checked before Slurm's: mpirun
+//   inside an allocation starts its processes through Slurm.
 // --nnodes=MIN:MAX (torchrun's elastic spelling) gives nnodes = MAX and min_nnodes = MIN; each
 // node still names itself with --node_rank (< MAX), and node 0 hosts the control store.
 // With more than one node, node 0's launcher hosts the control store at

@@ -127,7 +127,8 @@ std::unique_ptr<ControlChannel> form_multi_node_job(const LaunchOptions& options
                     "export " +
                     env::kJobSecret +
                     "=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n') "
-                    "(srun passes the caller's environment on)");
+                    "(srun passes the caller's environment on; mpirun needs -x " +
+                    env::kJobSecret + " on other machines)");
   }
   ControlOptions control_options;
   control_options.endpoint = topology.control;
@@ -193,6 +194,11 @@ int online_cores() {
 
 int run_job(const LaunchOptions& options, const JobContext& context) {
   const env::EnvMap& caller_env = context.caller_env;
+  if (!options.from_environment.empty()) {
+    std::string used;
+    for (const auto& v : options.from_environment) used += (used.empty() ? "" : ", ") + v;
+    spdlog::info("flag defaults from the environment (torchrun's PET_<FLAG>): {}", used);
+  }
   std::ostream& config_out = context.config_out ? *context.config_out : std::cout;
   const std::string executable = find_worker(options.worker, context.launcher_dir, caller_env);
   const NodeTopology topology = resolve_topology(options, caller_env);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cxxopts.hpp>
+#include <filesystem>
 #include <set>
 #include <sstream>
 
@@ -28,7 +29,7 @@ const std::set<std::string>& value_flags() {
       "max_restarts",  "hang_timeout", "nnodes",         "node_rank",    "master_addr",
       "master_port",   "server_num",   "worker_num",     "servers",      "workers",
       "server_grace",  "rdzv_conf",    "devices",        "master",       "rank",
-      "job_id",        "rdzv_id",      "role"};
+      "job_id",        "rdzv_id",      "role",           "rdzv_endpoint", "rdzv_backend"};
   return flags;
 }
 
@@ -171,7 +172,10 @@ SplitArgs split_argv(int argc, const char* const argv[]) {
     std::string name = a.substr(a[1] == '-' ? 2 : 1);
     const std::size_t eq = name.find('=');
     const bool has_value = eq != std::string::npos;
+    const std::string value = has_value ? name.substr(eq) : std::string();  // "=..." or ""
     if (has_value) name = name.substr(0, eq);
+    // torchrun's dash spellings (--nproc-per-node) are the same flags.
+    std::replace(name.begin(), name.end(), '-', '_');
     const bool takes_value = value_flags().count(name) > 0;
     if (!takes_value && switch_flags().count(name) == 0) {
       throw OptionsError("unknown option '" + a + "' (see launch --help)");
@@ -180,16 +184,90 @@ SplitArgs split_argv(int argc, const char* const argv[]) {
       throw OptionsError("unknown option '" + a + "': options are spelled --" + name +
                          " (see launch --help)");
     }
-    out.launcher.push_back(a);
+    const std::string typed = a;
+    out.launcher.push_back(a[1] == '-' ? "--" + name + value : a);
     ++i;
     if (takes_value && !has_value) {
-      if (i >= argc) throw OptionsError("option '" + a + "' needs a value (see launch --help)");
+      if (i >= argc) throw OptionsError("option '" + typed + "' needs a value (see launch --help)");
       out.launcher.push_back(argv[i]);
       ++i;
     }
   }
   for (; i < argc; ++i) out.worker.emplace_back(argv[i]);
   return out;
+}
+
+// The name of a long flag in a normalized launcher argument ("--nnodes=2" -> "nnodes").
+std::string flag_name(const std::string& arg) {
+  if (arg.rfind("--", 0) != 0) return "";
+  const std::string name = arg.substr(2);
+  return name.substr(0, name.find('='));
+}
+
+// torchrun's PET_<FLAG> defaults (see parse_options in options.h): "--flag=value" for each
+// variable set in `env` whose flag is not on the command line in any spelling, appended to
+// `launcher`; each one used goes to `used` as "PET_X=value".
+void add_environment_defaults(std::vector<std::string>& launcher, const env::EnvMap& env,
+                              std::vector<std::string>& used) {
+  std::set<std::string> given;
+  for (const std::string& a : launcher) given.insert(flag_name(a));
+  auto any_given = [&](std::initializer_list<const char*> names) {
+    for (const char* n : names) {
+      if (given.count(n)) return true;
+    }
+    return false;
+  };
+  auto pet = [&](const std::string& flag) -> std::optional<std::string> {
+    std::string name = "PET_" + flag;
+    std::transform(name.begin(), name.end(), name.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+    auto v = env::lookup(env, name);
+    if (v && !v->empty()) used.push_back(name + "=" + *v);
+    return v && !v->empty() ? v : std::nullopt;
+  };
+  auto add = [&](const std::string& flag, const std::optional<std::string>& v) {
+    if (v) launcher.push_back("--" + flag + "=" + *v);
+  };
+  // The nodes: only when the command line does not describe them in Paddle's spelling.
+  const bool paddle_nodes = any_given({"cluster_node_ips", "ips", "node_ip", "master"});
+  if (!paddle_nodes) {
+    for (const char* flag : {"nnodes", "node_rank"}) {
+      if (!any_given({flag}) && !(std::string(flag) == "node_rank" && any_given({"rank"}))) {
+        add(flag, pet(flag));
+      }
+    }
+    // Node 0 by --master_addr/--master_port (torchrun's static backend) or --rdzv_endpoint (c10d);
+    // when the variables give both, the backend decides which one is meant.
+    const bool endpoint_given = any_given({"rdzv_endpoint"});
+    const bool master_given = any_given({"master_addr", "master_port"});
+    if (master_given) {
+      for (const char* flag : {"master_addr", "master_port"}) {
+        if (!any_given({flag})) add(flag, pet(flag));
+      }
+    } else if (!endpoint_given) {
+      const auto backend_flag = std::find_if(launcher.begin(), launcher.end(), [](const auto& a) {
+        return flag_name(a) == "rdzv_backend";
+      });
+      std::string backend = backend_flag != launcher.end()
+                                ? backend_flag->substr(backend_flag->find('=') + 1)
+                                : env::lookup(env, "PET_RDZV_BACKEND").value_or("static");
+      const bool has_master = env::lookup(env, "PET_MASTER_ADDR").has_value() ||
+                              env::lookup(env, "PET_MASTER_PORT").has_value();
+      const bool has_endpoint = env::lookup(env, "PET_RDZV_ENDPOINT").has_value();
+      if (has_endpoint && (backend == "c10d" || !has_master)) {
+        add("rdzv_endpoint", pet("rdzv_endpoint"));
+      } else {
+        add("master_addr", pet("master_addr"));
+        add("master_port", pet("master_port"));
+      }
+    }
+  }
+  if (!any_given({"nproc_per_node", "selected_gpus", "gpus", "devices"})) {
+    add("nproc_per_node", pet("nproc_per_node"));
+  }
+  for (const char* flag : {"max_restarts", "rdzv_id", "rdzv_conf", "rdzv_backend", "role", "log_dir"}) {
+    if (!any_given({flag})) add(flag, pet(flag));
+  }
 }
 
 cxxopts::Options make_cxxopts() {
@@ -266,6 +344,12 @@ cxxopts::Options make_cxxopts() {
       "DDL_JOB_ID, else a random one)", text(), "ID")(
       "role", "torchrun: the workers' ROLE_NAME (default: default)", text(), "NAME")(
       "job_id", "Paddle 2.x: the job's name, given to workers as PADDLE_JOB_ID (default: default)",
+      text(), "NAME")("rdzv_endpoint",
+                      "torchrun: node 0's HOST[:PORT] (port default 29400), the same as "
+                      "--master_addr HOST --master_port PORT",
+                      text(), "HOST[:PORT]")(
+      "rdzv_backend",
+      "torchrun: c10d or static; both mean the control store on node 0 (etcd is not supported)",
       text(), "NAME")("h,help", "print this help")("version", "print the version");
   return o;
 }
@@ -315,8 +399,33 @@ std::string help_text() {
 
 std::string version_text() { return std::string("ddlaunch ") + DDL_VERSION; }
 
-LaunchOptions parse_options(int argc, const char* const argv[]) {
+int visible_gpu_count(const env::EnvMap& env) {
+  int devices = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() > 6 && name.rfind("nvidia", 0) == 0 &&
+        name.find_first_not_of("0123456789", 6) == std::string::npos) {
+      ++devices;
+    }
+  }
+  const auto visible = env::lookup(env, "CUDA_VISIBLE_DEVICES");
+  if (!visible) return devices;
+  int listed = 0;
+  for (const std::string& part : split_commas(*visible)) {
+    const bool index = !part.empty() && part.find_first_not_of("0123456789") == std::string::npos;
+    const bool uuid = part.rfind("GPU-", 0) == 0 || part.rfind("MIG-", 0) == 0;
+    if (!(index && std::stoll(part.substr(0, 9)) < devices) && !uuid) break;
+    ++listed;
+  }
+  return std::min(listed, devices);
+}
+
+LaunchOptions parse_options(int argc, const char* const argv[], const env::EnvMap& env,
+                            const MachineCounts& machine) {
   SplitArgs split = split_argv(argc, argv);
+  std::vector<std::string> from_environment;
+  add_environment_defaults(split.launcher, env, from_environment);
 
   std::vector<const char*> args;
   args.push_back(argc > 0 ? argv[0] : "launch");
@@ -331,6 +440,7 @@ LaunchOptions parse_options(int argc, const char* const argv[]) {
   }
 
   LaunchOptions o;
+  o.from_environment = std::move(from_environment);
   o.help = r.count("help") > 0;
   o.version = r.count("version") > 0;
   if (o.help || o.version) return o;
@@ -354,7 +464,19 @@ LaunchOptions parse_options(int argc, const char* const argv[]) {
   }
   std::optional<int> nproc;
   if (r.count("nproc_per_node")) {
-    nproc = parse_int_flag("nproc_per_node", r["nproc_per_node"].as<std::string>(), 1, 4096);
+    // torchrun's words: gpu = one per visible GPU, cpu = one per core, auto = gpu when there are
+    // GPUs, else cpu. With GPUs each worker gets one, as with --selected_gpus=0,1,...
+    const std::string v = r["nproc_per_node"].as<std::string>();
+    const bool use_gpus = v == "gpu" || (v == "auto" && machine.gpus > 0);
+    if (v == "gpu" && machine.gpus < 1) {
+      bad_value("nproc_per_node", v, "no GPU is visible here (use cpu, auto or a number)");
+    }
+    if (use_gpus && o.selected_gpus.empty()) {
+      for (int id = 0; id < machine.gpus; ++id) o.selected_gpus.push_back(id);
+    }
+    nproc = use_gpus                           ? machine.gpus
+            : (v == "cpu" || v == "auto")      ? std::max(1, machine.cores)
+                                               : parse_int_flag("nproc_per_node", v, 1, 4096);
   }
   if (!o.selected_gpus.empty()) {
     const int gpus = static_cast<int>(o.selected_gpus.size());
@@ -459,6 +581,27 @@ LaunchOptions parse_options(int argc, const char* const argv[]) {
     if (colon == std::string::npos) bad_value("master", v, "expected HOST:PORT of node 0");
     o.master_addr = check_ip("master", v, hostport.substr(0, colon));
     o.master_port = parse_int_flag("master", hostport.substr(colon + 1), 1, 65535);
+  }
+  if (r.count("rdzv_backend")) {
+    const std::string v = r["rdzv_backend"].as<std::string>();
+    if (v != "c10d" && v != "static") {
+      bad_value("rdzv_backend", v,
+                "expected c10d or static (both: node 0 hosts the control store; etcd is not "
+                "supported)");
+    }
+  }
+  if (r.count("rdzv_endpoint")) {
+    const std::string v = r["rdzv_endpoint"].as<std::string>();
+    if (o.master_addr || o.master_port) {
+      bad_value("rdzv_endpoint", v,
+                "give either --rdzv_endpoint or --master_addr/--master_port (or --master), not both");
+    }
+    const auto colon = v.rfind(':');
+    const std::string host = colon == std::string::npos ? v : v.substr(0, colon);
+    o.master_addr = check_ip("rdzv_endpoint", v, host);
+    o.master_port = colon == std::string::npos
+                        ? kDefaultRendezvousPort
+                        : parse_int_flag("rdzv_endpoint", v.substr(colon + 1), 1, 65535);
   }
   auto name_flag = [&](const char* flag) -> std::optional<std::string> {
     if (!r.count(flag)) return std::nullopt;

@@ -28,6 +28,7 @@ class OptionsError : public std::runtime_error {
 inline constexpr const char* kDefaultNodeIp = "127.0.0.1";
 inline constexpr std::chrono::milliseconds kDefaultKillTimeout{10'000};
 inline constexpr int kDefaultControlPort = 29500;  // multi-node, without --master_port/--started_port
+inline constexpr int kDefaultRendezvousPort = 29400;  // --rdzv_endpoint=HOST without a port (torchrun's)
 inline constexpr int kMaxNodes = 65'536;               // --nnodes accepts 1..kMaxNodes
 inline constexpr int kMaxRestartsLimit = 1000;  // --max_restarts accepts 0..kMaxRestartsLimit
 inline constexpr int kMaxProcessesPerRole = 4096;  // --server_num / --worker_num accept 1..this
@@ -58,6 +59,8 @@ struct LaunchOptions {
   std::optional<int> master_port;
   std::optional<int> started_port;       // --started_port; unset: free ports are picked
   bool print_config = true;              // --print_config[=false]
+  // The PET_<FLAG> variables that gave a flag its value, as "PET_NNODES=2" (see parse_options).
+  std::vector<std::string> from_environment;
   spdlog::level::level_enum log_level = spdlog::level::info;  // --log_level
   std::optional<std::string> log_level_name;  // the normalized level when given on the command line
   std::chrono::milliseconds kill_timeout = kDefaultKillTimeout;  // --kill_timeout (seconds)
@@ -112,9 +115,28 @@ struct LaunchOptions {
 // a name of digits and dots only must be a valid IPv4 address).
 bool is_valid_host(const std::string& host);
 
+// What --nproc_per_node=auto|cpu|gpu counts: this machine's usable cores and visible GPUs.
+struct MachineCounts {
+  int cores = 1;
+  int gpus = 0;
+};
+
+// The GPUs a process started here would see: /dev/nvidia<N> devices, narrowed by
+// CUDA_VISIBLE_DEVICES in `env` when it is set (as CUDA does: the list ends at its first entry
+// that names no device).
+int visible_gpu_count(const env::EnvMap& env);
+
 // Parses argv (argv[0] is the program). Throws OptionsError for unknown options, bad values,
 // inconsistent flags and a missing WORKER (unless --help or --version).
-LaunchOptions parse_options(int argc, const char* const argv[]);
+//
+// `env` supplies defaults the way torchrun reads them: PET_<FLAG> (PET_NNODES, PET_NPROC_PER_NODE,
+// PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT, PET_MAX_RESTARTS, PET_RDZV_ID, PET_RDZV_CONF,
+// PET_RDZV_ENDPOINT, PET_RDZV_BACKEND, PET_ROLE, PET_LOG_DIR; Kubeflow's training operator sets
+// them in every PyTorchJob pod) stands for --<flag> when neither that flag nor another spelling
+// of the same thing is on the command line. Each one used is listed in `from_environment`.
+// Long flags may be spelled with dashes (--nproc-per-node) as torchrun allows.
+LaunchOptions parse_options(int argc, const char* const argv[], const env::EnvMap& env = {},
+                            const MachineCounts& machine = {});
 
 // The --help text.
 std::string help_text();

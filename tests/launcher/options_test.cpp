@@ -354,3 +354,154 @@ TEST(Options, ElasticNodeCountsReportAndLastCall) {
 
 }  // namespace
 }  // namespace ddl::launcher
+
+namespace ddl::launcher {
+namespace {
+
+LaunchOptions parse_with(std::vector<std::string> args, const env::EnvMap& env,
+                         MachineCounts machine = {}) {
+  args.insert(args.begin(), "launch");
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  return parse_options(static_cast<int>(argv.size()), argv.data(), env, machine);
+}
+
+std::string error_with(std::vector<std::string> args, const env::EnvMap& env,
+                       MachineCounts machine = {}) {
+  try {
+    parse_with(std::move(args), env, machine);
+  } catch (const OptionsError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// What Kubeflow's training operator puts in a PyTorchJob pod (worker 0 of a Master + 1 Worker
+// job, nprocPerNode 2): MASTER_*/WORLD_SIZE/RANK for plain programs, PET_* for torchrun.
+env::EnvMap pytorchjob_pod(int node_rank) {
+  return {{"PYTHONUNBUFFERED", "0"},
+          {"MASTER_ADDR", "mnist-master-0"},
+          {"MASTER_PORT", "23456"},
+          {"PET_MASTER_ADDR", "mnist-master-0"},
+          {"PET_MASTER_PORT", "23456"},
+          {"WORLD_SIZE", "4"},
+          {"RANK", std::to_string(node_rank)},
+          {"PET_NPROC_PER_NODE", "2"},
+          {"PET_NODE_RANK", std::to_string(node_rank)},
+          {"PET_NNODES", "2"}};
+}
+
+TEST(EnvironmentDefaults, PyTorchJobPodGivesTheNodes) {
+  const LaunchOptions o = parse_with({"train"}, pytorchjob_pod(1));
+  EXPECT_EQ(o.nnodes, 2);
+  EXPECT_EQ(o.node_rank, 1);
+  EXPECT_EQ(o.master_addr, "mnist-master-0");
+  EXPECT_EQ(o.master_port, 23456);
+  EXPECT_EQ(o.nproc_per_node, 2);
+  EXPECT_EQ(o.from_environment,
+            (std::vector<std::string>{"PET_NNODES=2", "PET_NODE_RANK=1",
+                                      "PET_MASTER_ADDR=mnist-master-0", "PET_MASTER_PORT=23456",
+                                      "PET_NPROC_PER_NODE=2"}));
+}
+
+TEST(EnvironmentDefaults, FlagsWinOverVariables) {
+  const LaunchOptions o =
+      parse_with({"--nproc_per_node=1", "--master-port", "7000", "--node_rank=0", "train"},
+                 pytorchjob_pod(1));
+  EXPECT_EQ(o.nproc_per_node, 1);
+  EXPECT_EQ(o.master_port, 7000);
+  EXPECT_EQ(o.node_rank, 0);
+  EXPECT_EQ(o.master_addr, "mnist-master-0") << "a flag replaces only its own variable";
+  EXPECT_EQ(o.nnodes, 2);
+  // Paddle's spelling of the nodes on the command line: the PET_ node variables are not used.
+  const LaunchOptions p = parse_with({"--cluster_node_ips=10.0.0.1,10.0.0.2",
+                                      "--node_ip=10.0.0.2", "train"},
+                                     pytorchjob_pod(0));
+  EXPECT_EQ(p.node_index(), 1);
+  EXPECT_FALSE(p.nnodes);
+  // --selected_gpus decides the worker count: PET_NPROC_PER_NODE is not used.
+  EXPECT_EQ(parse_with({"--selected_gpus=0,1,2", "train"}, {{"PET_NPROC_PER_NODE", "2"}})
+                .nproc_per_node,
+            3);
+}
+
+TEST(EnvironmentDefaults, BadVariableIsNamedLikeItsFlag) {
+  EXPECT_EQ(error_with({"train"}, {{"PET_NNODES", "two"}}),
+            "--nnodes='two': expected an integer in [1, 65536]");
+  EXPECT_EQ(error_with({"train"}, {{"PET_RDZV_BACKEND", "etcd"}}).rfind("--rdzv_backend='etcd'", 0),
+            0u);
+}
+
+TEST(EnvironmentDefaults, ElasticPodUsesTheRendezvousEndpoint) {
+  const LaunchOptions o = parse_with({"train"}, {{"PET_RDZV_BACKEND", "c10d"},
+                                                 {"PET_RDZV_ENDPOINT", "mnist-worker-0:29400"},
+                                                 {"PET_RDZV_ID", "mnist"},
+                                                 {"PET_NNODES", "1:3"},
+                                                 {"PET_NODE_RANK", "0"},
+                                                 {"PET_MAX_RESTARTS", "3"},
+                                                 {"PET_NPROC_PER_NODE", "1"}});
+  EXPECT_EQ(o.master_addr, "mnist-worker-0");
+  EXPECT_EQ(o.master_port, 29400);
+  EXPECT_EQ(o.min_nnodes, 1);
+  EXPECT_EQ(o.nnodes, 3);
+  EXPECT_EQ(o.max_restarts, 3);
+  EXPECT_EQ(o.rdzv_id, "mnist");
+}
+
+TEST(TorchrunFlags, DashSpellingsAreTheSameFlags) {
+  const LaunchOptions o = parse_with({"--nproc-per-node=2", "--max-restarts", "3", "--log-dir",
+                                      "logs", "--node-rank=1", "--nnodes=2", "--master-addr",
+                                      "10.0.0.1", "--rdzv-id=x", "train", "--not-ours"},
+                                     {});
+  EXPECT_EQ(o.nproc_per_node, 2);
+  EXPECT_EQ(o.max_restarts, 3);
+  EXPECT_EQ(o.log_dir, "logs");
+  EXPECT_EQ(o.node_rank, 1);
+  EXPECT_EQ(o.master_addr, "10.0.0.1");
+  EXPECT_EQ(o.rdzv_id, "x");
+  EXPECT_EQ(o.worker_args, std::vector<std::string>{"--not-ours"}) << "worker args untouched";
+  EXPECT_EQ(error_with({"--nproc-per-nod=2", "train"}, {}),
+            "unknown option '--nproc-per-nod=2' (see launch --help)");
+}
+
+TEST(TorchrunFlags, RendezvousEndpointAndBackend) {
+  LaunchOptions o = parse_with({"--rdzv_backend=c10d", "--rdzv_endpoint=node0:1234", "--nnodes=2",
+                                "--node_rank=1", "train"},
+                               {});
+  EXPECT_EQ(o.master_addr, "node0");
+  EXPECT_EQ(o.master_port, 1234);
+  o = parse_with({"--rdzv_endpoint=node0", "--nnodes=2", "--node_rank=1", "train"}, {});
+  EXPECT_EQ(o.master_port, kDefaultRendezvousPort);
+  EXPECT_TRUE(error_with({"--rdzv_backend=etcd-v2", "train"}, {}).find("expected c10d or static") !=
+              std::string::npos);
+  EXPECT_TRUE(error_with({"--rdzv_endpoint=a:1", "--master_addr=a", "train"}, {})
+                  .find("not both") != std::string::npos);
+  EXPECT_TRUE(error_with({"--rdzv_endpoint=a:http", "train"}, {}).find("--rdzv_endpoint") == 0);
+}
+
+TEST(TorchrunFlags, NprocPerNodeWords) {
+  const MachineCounts cpu_only{8, 0};
+  const MachineCounts gpus{8, 4};
+  EXPECT_EQ(parse_with({"--nproc_per_node=auto", "train"}, {}, cpu_only).nproc_per_node, 8);
+  EXPECT_TRUE(parse_with({"--nproc_per_node=auto", "train"}, {}, cpu_only).selected_gpus.empty());
+  EXPECT_EQ(parse_with({"--nproc_per_node=cpu", "train"}, {}, gpus).nproc_per_node, 8);
+  const LaunchOptions g = parse_with({"--nproc_per_node=auto", "train"}, {}, gpus);
+  EXPECT_EQ(g.nproc_per_node, 4);
+  EXPECT_EQ(g.selected_gpus, (std::vector<int>{0, 1, 2, 3})) << "one GPU per worker";
+  EXPECT_EQ(parse_with({"--nproc_per_node=gpu", "train"}, {}, gpus).nproc_per_node, 4);
+  EXPECT_EQ(error_with({"--nproc_per_node=gpu", "train"}, {}, cpu_only),
+            "--nproc_per_node='gpu': no GPU is visible here (use cpu, auto or a number)");
+  // Kubeflow's default nprocPerNode is "auto".
+  EXPECT_EQ(parse_with({"train"}, {{"PET_NPROC_PER_NODE", "auto"}}, cpu_only).nproc_per_node, 8);
+}
+
+TEST(VisibleGpus, CudaVisibleDevicesNarrowsTheDevices) {
+  // This machine's /dev decides the device count; with CUDA_VISIBLE_DEVICES empty none is seen.
+  EXPECT_EQ(visible_gpu_count({{"CUDA_VISIBLE_DEVICES", ""}}), 0);
+  EXPECT_EQ(visible_gpu_count({{"CUDA_VISIBLE_DEVICES", "-1"}}), 0);
+  EXPECT_LE(visible_gpu_count({{"CUDA_VISIBLE_DEVICES", "0"}}), 1);
+  EXPECT_GE(visible_gpu_count({}), 0);
+}
+
+}  // namespace
+}  // namespace ddl::launcher

@@ -37,23 +37,32 @@ std::unique_ptr<ParallelContext> prepare_context(const ParallelEnv& env,
                                                  const ContextOptions& options) {
   auto ctx = std::make_unique<ParallelContext>();
   ctx->env = env;
+  // A rank that Slurm or Open MPI started (no FLAGS_selected_gpus) takes the GPU of its local
+  // rank when there is one, as Horovod's and torchrun-on-Slurm recipes do.
+  const bool from_scheduler =
+      env.contract && env.contract->source != env::WorkerContract::Source::kLaunch;
+  if (!ctx->env.gpu && from_scheduler && options.backend != Backend::kGloo && nccl_available() &&
+      torch_cuda_usable(env.local_rank)) {
+    ctx->env.gpu = env.local_rank;
+  }
   Rendezvous joined = rendezvous(env, options.rendezvous_timeout);
   ctx->store_server = std::move(joined.store_server);
   ctx->store = std::move(joined.store);
 
   Backend backend = options.backend;
   if (backend == Backend::kAuto) {
-    const bool gpu_ready = env.gpu && nccl_available() && torch_cuda_usable(*env.gpu);
-    if (env.gpu && !gpu_ready) {
+    const bool gpu_ready =
+        ctx->env.gpu && nccl_available() && torch_cuda_usable(*ctx->env.gpu);
+    if (ctx->env.gpu && !gpu_ready) {
       spdlog::warn(
-          "GPU {} selected but {}; using Gloo on the CPU", *env.gpu,
+          "GPU {} selected but {}; using Gloo on the CPU", *ctx->env.gpu,
           !nccl_available() ? "this build has no NCCL" : "LibTorch cannot use that CUDA device");
     }
     backend = gpu_ready ? Backend::kNccl : Backend::kGloo;
   }
 
   if (backend == Backend::kNccl) {
-    const int gpu = env.gpu.value_or(env.local_rank);
+    const int gpu = ctx->env.gpu.value_or(env.local_rank);
     if (nccl_available() && !torch_cuda_usable(gpu)) {
       throw CommError(
           "nccl on " + rank_text(env) + ": LibTorch cannot use CUDA device " + std::to_string(gpu) +

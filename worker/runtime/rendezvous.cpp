@@ -1,16 +1,38 @@
 // ParallelEnv and the store rendezvous.
 #include "worker/runtime/rendezvous.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "env/scheduler.h"
 #include "store/memory_store.h"
 #include "store/tcp_store.h"
 
 namespace ddl {
+
+namespace {
+
+// This machine's host name, where a rank of a multi-node scheduler job listens.
+std::string this_host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') {
+    throw env::EnvError(std::string("cannot read this machine's host name: ") +
+                        std::strerror(errno));
+  }
+  return name;
+}
+
+}  // namespace
 
 ParallelEnv ParallelEnv::from_process() { return from_env(env::current_environment()); }
 
 ParallelEnv ParallelEnv::from_env(const env::EnvMap& vars) {
   ParallelEnv e;
   e.contract = env::from_env(vars);
+  // Started by Slurm's srun or Open MPI's mpirun without `launch`: their variables say where.
+  if (!e.contract) e.contract = env::scheduler_contract(vars);
   if (e.contract) {
     e.rank = e.contract->rank;
     e.world_size = e.contract->world_size;
@@ -50,7 +72,7 @@ Rendezvous rendezvous(const ParallelEnv& env, std::optional<std::chrono::millise
   if (c.rank == 0) r.store_server = std::make_shared<TcpStoreServer>(options);
   r.store = std::make_unique<TcpStore>(options);
   barrier(*r.store, "join", c.rank, c.world_size, deadline);
-  r.host = c.current.host;
+  r.host = c.current.host.empty() ? this_host_name() : c.current.host;
   return r;
 }
 

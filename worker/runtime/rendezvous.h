@@ -20,7 +20,9 @@ struct ParallelEnv {
   int world_size = 1;
   int local_rank = 0;
   std::optional<int> gpu;  // FLAGS_selected_gpus
-  std::optional<env::WorkerContract> contract;  // nullopt: started without `launch`
+  // From `launch`, else from Slurm's or Open MPI's variables (env/scheduler.h); nullopt: started
+  // by hand.
+  std::optional<env::WorkerContract> contract;
 
   // Reads the calling process's environment. No contract: a world of one. A partial or
   // inconsistent contract: throws env::EnvError naming the variable and its value.

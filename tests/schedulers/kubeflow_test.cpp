@@ -1,0 +1,133 @@
+// Kubeflow's training operator: every pod of a PyTorchJob runs the same command, here plain
+// `launch hello_worker`, and learns its place only from the variables the operator puts in the
+// pod (pkg/controller.v1/pytorch: MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK for plain programs,
+// PET_MASTER_ADDR/PET_MASTER_PORT/PET_NNODES/PET_NODE_RANK/PET_NPROC_PER_NODE for torchrun, which
+// reads every PET_<FLAG> as the default of --<flag>). Two "pods" on this machine (master-0 and
+// worker-0, the master service's address 127.0.0.1) must form one job; a flag on the command line
+// wins over its variable.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tests/support/ports.h"
+#include "tests/support/process.h"
+#include "tests/support/temp_dir.h"
+#include "tests/support/text.h"
+
+namespace {
+
+using std::chrono::milliseconds;
+using ddl::testing::contains;
+using ddl::testing::read_file;
+using ddl::testing::TempDir;
+
+const std::string kBin = DDL_BIN_DIR;
+
+// The environment of pod `node_rank` of a PyTorchJob with one Master and one Worker replica and
+// nprocPerNode `nproc` (what the operator sets), plus the job secret the pod spec adds.
+std::map<std::string, std::string> pod_env(int node_rank, int port, int nproc) {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e; ++e) {
+    const std::string kv = *e;
+    const auto eq = kv.find('=');
+    const std::string k = kv.substr(0, eq);
+    bool theirs = false;
+    for (const char* prefix : {"PET_", "PADDLE_", "SLURM_", "OMPI_", "DDL_", "TORCHELASTIC_"}) {
+      theirs = theirs || k.rfind(prefix, 0) == 0;
+    }
+    if (eq == std::string::npos || theirs || k == "MASTER_ADDR" || k == "MASTER_PORT" ||
+        k == "RANK" || k == "WORLD_SIZE" || k == "LOCAL_RANK") {
+      continue;
+    }
+    env[k] = kv.substr(eq + 1);
+  }
+  const std::map<std::string, std::string> operator_env{
+      {"PYTHONUNBUFFERED", "0"},
+      {"MASTER_ADDR", "127.0.0.1"},
+      {"MASTER_PORT", std::to_string(port)},
+      {"PET_MASTER_ADDR", "127.0.0.1"},
+      {"PET_MASTER_PORT", std::to_string(port)},
+      {"WORLD_SIZE", std::to_string(2 * nproc)},
+      {"RANK", std::to_string(node_rank)},
+      {"PET_NPROC_PER_NODE", std::to_string(nproc)},
+      {"PET_NODE_RANK", std::to_string(node_rank)},
+      {"PET_NNODES", "2"},
+      {"DDL_JOB_SECRET", "kubeflow-test-secret"}};
+  for (const auto& [k, v] : operator_env) env[k] = v;
+  return env;
+}
+
+struct Pod {
+  std::unique_ptr<ddl::testing::ChildProcess> launch;
+  std::string out;
+};
+
+// Starts both pods with `flags` before WORKER, waits for both, returns their output.
+std::vector<std::string> run_pods(const TempDir& dir, const std::vector<std::string>& flags,
+                                  int nproc, std::vector<std::optional<int>>& codes) {
+  const int port = ddl::testing::free_port();
+  std::vector<std::unique_ptr<ddl::testing::ChildProcess>> pods;
+  for (int node = 0; node < 2; ++node) {
+    ddl::testing::SpawnOptions o;
+    o.argv = {kBin + "/launch", "--print_config=false", "--rendezvous_timeout=60",
+              "--log_dir", (dir.path() / ("pod" + std::to_string(node))).string()};
+    o.argv.insert(o.argv.end(), flags.begin(), flags.end());
+    o.argv.insert(o.argv.end(), {kBin + "/hello_worker", "--show_env", "RANK"});
+    o.env = pod_env(node, port, nproc);
+    o.stdout_path = dir.path() / ("pod" + std::to_string(node) + ".out");
+    o.own_process_group = true;
+    pods.push_back(std::make_unique<ddl::testing::ChildProcess>(o));
+  }
+  std::vector<std::string> outs;
+  codes.clear();
+  for (int node = 0; node < 2; ++node) {
+    codes.push_back(pods[node]->wait(milliseconds(90'000)));
+    outs.push_back(read_file(dir.path() / ("pod" + std::to_string(node) + ".out")));
+  }
+  return outs;
+}
+
+std::string worker_log(const TempDir& dir, int node, int rank) {
+  return read_file(dir.path() / ("pod" + std::to_string(node)) /
+                   ("workerlog." + std::to_string(rank)));
+}
+
+TEST(KubeflowPyTorchJob, PodsFormOneJobFromTheOperatorsVariables) {
+  TempDir dir("ddl_kubeflow");
+  std::vector<std::optional<int>> codes;
+  const auto outs = run_pods(dir, {}, 2, codes);
+  for (int node = 0; node < 2; ++node) {
+    SCOPED_TRACE("pod " + std::to_string(node) + ":\n" + outs[node]);
+    ASSERT_EQ(codes[node], 0);
+    EXPECT_TRUE(contains(outs[node], "flag defaults from the environment (torchrun's PET_<FLAG>): "
+                                     "PET_NNODES=2, PET_NODE_RANK=" +
+                                         std::to_string(node)));
+    EXPECT_TRUE(contains(outs[node], "node " + std::to_string(node) + " of 2"));
+  }
+  for (int rank = 0; rank < 4; ++rank) {
+    const int node = rank / 2;
+    const std::string log = worker_log(dir, node, rank);
+    EXPECT_TRUE(contains(log, "hello from rank " + std::to_string(rank) + " of 4")) << log;
+    // The pod's RANK (its node rank) is replaced by the worker's global rank.
+    EXPECT_TRUE(contains(log, "ENV RANK=" + std::to_string(rank) + "\n")) << log;
+  }
+}
+
+TEST(KubeflowPyTorchJob, CommandLineFlagWinsOverItsVariable) {
+  TempDir dir("ddl_kubeflow");
+  std::vector<std::optional<int>> codes;
+  const auto outs = run_pods(dir, {"--nproc_per_node=1"}, 2, codes);
+  for (int node = 0; node < 2; ++node) {
+    SCOPED_TRACE("pod " + std::to_string(node) + ":\n" + outs[node]);
+    ASSERT_EQ(codes[node], 0);
+    EXPECT_FALSE(contains(outs[node], "PET_NPROC_PER_NODE"));
+    const std::string log = worker_log(dir, node, node);
+    EXPECT_TRUE(contains(log, "hello from rank " + std::to_string(node) + " of 2")) << log;
+  }
+}
+
+}  // namespace
