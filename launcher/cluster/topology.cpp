@@ -35,6 +35,7 @@ NodeTopology resolve_topology(const LaunchOptions& o, const env::EnvMap& env) {
     t.nnodes = o.nnodes.value_or(1);
     t.min_nnodes = o.min_nnodes.value_or(t.nnodes);
     t.node_rank = o.node_rank.value_or(0);
+    t.auto_node_rank = o.auto_node_rank && t.nnodes > 1;
     t.control = env::Endpoint{o.master_addr.value_or(kDefaultNodeIp), control_port(o)};
     if (o.node_ip_given || t.nnodes == 1) t.local_host = o.node_ip;
     return t;

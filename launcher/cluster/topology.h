@@ -36,6 +36,10 @@ struct NodeTopology {
   int nnodes = 1;      // elastic: the most nodes (MAX of --nnodes=MIN:MAX)
   int min_nnodes = 1;  // the fewest nodes the job runs on (nnodes unless elastic)
   int node_rank = 0;
+  // No node rank given where the launcher's spelling lets node 0 hand them out (torchrun's c10d
+  // backend, Paddle's --master without --rank): node_rank is known once the control channel is
+  // up (launcher/coord/control.h, kAutoNodeRank).
+  bool auto_node_rank = false;
   std::vector<std::string> hosts;  // every node's address, when given (not with torchrun's)
   // This node's address in its workers' endpoints; unset: find the route towards control.host.
   std::optional<std::string> local_host;

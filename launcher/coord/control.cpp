@@ -17,6 +17,7 @@ using std::chrono::milliseconds;
 
 constexpr const char* kFailedKey = "failed";
 constexpr const char* kJobIdKey = "job_id";
+constexpr const char* kAutoRankKey = "auto_rank";  // kAutoNodeRank: node ranks handed out after 0
 constexpr const char* kOverKey = "over";        // node 0 finished: nobody is admitted any more
 constexpr const char* kCurrentKey = "current";  // the newest generation whose members are known
 
@@ -85,17 +86,49 @@ TcpStoreOptions ControlChannel::store_options(std::chrono::milliseconds connect_
   return store;
 }
 
-ControlChannel::ControlChannel(const ControlOptions& options) : options_(options) {
-  const TcpStoreOptions store = store_options(options.rendezvous_timeout);
+void ControlChannel::assign_node_rank() {
+  TcpStoreOptions store = store_options(options_.rendezvous_timeout);
   try {
-    if (options.node_rank == 0) {
+    server_ = std::make_unique<TcpStoreServer>(store);
+    options_.node_rank = 0;
+    spdlog::info("node rank 0: this launcher hosts the control store on {} (first at that address)",
+                 options_.endpoint.str());
+    return;
+  } catch (const StoreError& e) {
+    // Not this machine's address, or another launcher here was first.
+    spdlog::debug("not hosting the control store ({}): asking node 0 for a node rank", e.what());
+  }
+  std::int64_t claimed = 0;
+  try {
+    TcpStore client(store);
+    claimed = client.add(kAutoRankKey, 1);
+  } catch (const StoreError& e) {
+    throw ControlError("no node rank given: cannot get one from node 0's control store at " +
+                       where() + ": " + e.what());
+  }
+  if (claimed >= options_.nnodes) {
+    throw ControlError("no node rank given, and node 0's control store at " + where() +
+                       " has handed out all " + std::to_string(options_.nnodes - 1) +
+                       " ranks after its own: more launchers than --nnodes=" +
+                       std::to_string(options_.nnodes) + " joined");
+  }
+  options_.node_rank = static_cast<int>(claimed);
+  spdlog::info("node rank {} assigned by node 0's control store at {}", options_.node_rank,
+               options_.endpoint.str());
+}
+
+ControlChannel::ControlChannel(const ControlOptions& options) : options_(options) {
+  if (options_.node_rank == kAutoNodeRank) assign_node_rank();
+  const TcpStoreOptions store = store_options(options_.rendezvous_timeout);
+  try {
+    if (options_.node_rank == 0 && !server_) {
       server_ = std::make_unique<TcpStoreServer>(store);
       spdlog::info("node 0: hosting the control store of {} node(s) on {}", options.nnodes,
                    options.endpoint.str());
     }
     store_ = std::make_unique<TcpStore>(store);
   } catch (const StoreError& e) {
-    throw ControlError("node " + std::to_string(options.node_rank) + ": control store at " +
+    throw ControlError("node " + std::to_string(options_.node_rank) + ": control store at " +
                        where() + ": " + e.what());
   }
 }

@@ -60,11 +60,15 @@ struct TcpStoreOptions;
 
 namespace ddl::launcher {
 
+// ControlOptions::node_rank for a node that has none of its own (torchrun's c10d backend,
+// Paddle's --master without --rank): see ControlChannel's constructor.
+inline constexpr int kAutoNodeRank = -1;
+
 struct ControlOptions {
   env::Endpoint endpoint;  // node 0's control store
   std::string job_id;      // of the control store (the same on every node)
   std::string secret;      // DDL_JOB_SECRET
-  int node_rank = 0;
+  int node_rank = 0;       // or kAutoNodeRank
   int nnodes = 2;      // the most nodes (elastic: MAX)
   int min_nnodes = 0;  // the fewest (elastic when below nnodes); 0: nnodes, a fixed count
   int max_restarts = 0;  // job-wide; node 0 admits waiting nodes only while restarts are left
@@ -90,8 +94,14 @@ struct Membership {
 class ControlChannel {
  public:
   // Node 0 starts the server; every node connects (retrying until rendezvous_timeout). Throws
-  // ControlError.
+  // ControlError. With node_rank kAutoNodeRank the launcher that can host the store at the
+  // endpoint (its address is this machine's and the port is free: the first launcher there)
+  // becomes node 0, and each other one takes the next node rank from node 0's counter (1, 2, ...
+  // in the order they connect), as Paddle's master and torchrun's c10d rendezvous hand ranks out.
   explicit ControlChannel(const ControlOptions& options);
+
+  // This node's rank (assigned by the constructor under kAutoNodeRank).
+  int node_rank() const { return options_.node_rank; }
   ~ControlChannel();
   ControlChannel(const ControlChannel&) = delete;
   ControlChannel& operator=(const ControlChannel&) = delete;
@@ -149,6 +159,8 @@ class ControlChannel {
   // Sets "failed" to `record` unless another failure was first; true when this one won.
   bool publish_failure(Store& store, const FailureRecord& record);
   std::string where() const;
+  // kAutoNodeRank: hosts the store (node 0) or asks node 0 for the next node rank.
+  void assign_node_rank();
 
   bool elastic() const { return options_.min_nnodes > 0 && options_.min_nnodes < options_.nnodes; }
   int min_nodes() const { return elastic() ? options_.min_nnodes : options_.nnodes; }

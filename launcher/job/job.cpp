@@ -113,7 +113,7 @@ void use_membership(const Membership& membership, PlanInputs& inputs) {
 // Joins the other nodes through node 0's control store; fills the job id, the endpoints and the
 // first generation this node runs (a later one for a node admitted into a running elastic job).
 std::unique_ptr<ControlChannel> form_multi_node_job(const LaunchOptions& options,
-                                                    const NodeTopology& topology,
+                                                    NodeTopology& topology,
                                                     const std::optional<std::string>& caller_job_id,
                                                     const std::optional<std::string>& caller_secret,
                                                     std::string& job_id, PlanInputs& inputs,
@@ -142,9 +142,16 @@ std::unique_ptr<ControlChannel> form_multi_node_job(const LaunchOptions& options
   control_options.rendezvous_timeout =
       options.rendezvous_timeout.value_or(env::kDefaultRendezvousTimeout);
   control_options.linger_timeout = options.kill_timeout + std::chrono::seconds(5);
-  spdlog::info("node {} of {} ({}); control store at {}", topology.node_rank, topology.nnodes,
-               topology.source, topology.control.str());
+  if (topology.auto_node_rank) {
+    control_options.node_rank = kAutoNodeRank;
+    spdlog::info("node ? of {} ({}, no node rank given: node 0 hands them out); control store at {}",
+                 topology.nnodes, topology.source, topology.control.str());
+  } else {
+    spdlog::info("node {} of {} ({}); control store at {}", topology.node_rank, topology.nnodes,
+                 topology.source, topology.control.str());
+  }
   auto control = std::make_unique<ControlChannel>(control_options);
+  topology.node_rank = control->node_rank();
 
   ControlChannel::Agreement agreement;
   try {
@@ -197,11 +204,13 @@ int run_job(const LaunchOptions& options, const JobContext& context) {
   if (!options.from_environment.empty()) {
     std::string used;
     for (const auto& v : options.from_environment) used += (used.empty() ? "" : ", ") + v;
-    spdlog::info("flag defaults from the environment (torchrun's PET_<FLAG>): {}", used);
+    spdlog::info("flag defaults from the environment (torchrun's PET_<FLAG>, Paddle's "
+                 "PADDLE_<FLAG>): {}",
+                 used);
   }
   std::ostream& config_out = context.config_out ? *context.config_out : std::cout;
   const std::string executable = find_worker(options.worker, context.launcher_dir, caller_env);
-  const NodeTopology topology = resolve_topology(options, caller_env);
+  NodeTopology topology = resolve_topology(options, caller_env);  // node rank: maybe assigned below
 
   PlanInputs inputs;
   inputs.cores = context.cores;

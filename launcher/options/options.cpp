@@ -268,6 +268,40 @@ void add_environment_defaults(std::vector<std::string>& launcher, const env::Env
   for (const char* flag : {"max_restarts", "rdzv_id", "rdzv_conf", "rdzv_backend", "role", "log_dir"}) {
     if (!any_given({flag})) add(flag, pet(flag));
   }
+
+  // Paddle 2.x's launcher reads PADDLE_<NAME> for its flags (launch/context/args_envs.py);
+  // Kubeflow's PaddleJob sets PADDLE_MASTER, PADDLE_NNODES and PADDLE_JOB_ID. Only for flags
+  // still absent, after the PET_ ones.
+  for (const std::string& a : launcher) given.insert(flag_name(a));
+  auto paddle = [&](const char* name) -> std::optional<std::string> {
+    auto v = env::lookup(env, name);
+    if (!v || v->empty()) return std::nullopt;
+    used.push_back(std::string(name) + "=" + *v);
+    return v;
+  };
+  const bool nodes_given = any_given({"cluster_node_ips", "ips", "node_ip", "master", "master_addr",
+                                      "master_port", "rdzv_endpoint"});
+  if (!nodes_given) {
+    add("master", paddle("PADDLE_MASTER"));
+    if (!any_given({"nnodes"})) add("nnodes", paddle("PADDLE_NNODES"));
+    if (!any_given({"node_rank", "rank"})) add("rank", paddle("PADDLE_RANK"));
+    for (const std::string& a : launcher) given.insert(flag_name(a));
+    if (!any_given({"master", "nnodes"})) add("ips", paddle("PADDLE_IPS"));
+  }
+  if (!any_given({"nproc_per_node", "selected_gpus", "gpus", "devices"})) {
+    if (auto devices = paddle("PADDLE_DEVICES")) {
+      add("devices", devices);
+    } else {
+      add("nproc_per_node", paddle("PADDLE_NPROC_PER_NODE"));
+    }
+  }
+  const std::pair<const char*, const char*> others[] = {
+      {"PADDLE_JOB_ID", "job_id"},           {"PADDLE_LOG_DIR", "log_dir"},
+      {"PADDLE_MAX_RESTART", "max_restarts"}, {"PADDLE_LOG_LEVEL", "log_level"},
+      {"PADDLE_START_PORT", "started_port"}};
+  for (const auto& [name, flag] : others) {
+    if (!any_given({flag})) add(flag, paddle(name));
+  }
 }
 
 cxxopts::Options make_cxxopts() {
@@ -603,6 +637,9 @@ LaunchOptions parse_options(int argc, const char* const argv[], const env::EnvMa
                         ? kDefaultRendezvousPort
                         : parse_int_flag("rdzv_endpoint", v.substr(colon + 1), 1, 65535);
   }
+  o.auto_node_rank =
+      !o.node_rank && (r.count("master") > 0 ||
+                       (r.count("rdzv_backend") && r["rdzv_backend"].as<std::string>() == "c10d"));
   auto name_flag = [&](const char* flag) -> std::optional<std::string> {
     if (!r.count(flag)) return std::nullopt;
     const std::string v = r[flag].as<std::string>();

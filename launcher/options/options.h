@@ -53,6 +53,11 @@ struct LaunchOptions {
   std::optional<int> nnodes;      // --nnodes=N, or MAX of --nnodes=MIN:MAX
   std::optional<int> min_nnodes;  // MIN of --nnodes=MIN:MAX (elastic when below nnodes)
   std::optional<int> node_rank;            // --node_rank, or --rank (Paddle 2.x)
+  // No node rank given, and the spelling says node 0 hands them out: --rdzv_backend=c10d (as
+  // torchrun's c10d rendezvous), or Paddle 2.x's --master (as Paddle's master). Ranks then
+  // follow the order in which the launchers reach node 0; node 0 is the first launcher on the
+  // master's address.
+  bool auto_node_rank = false;
   std::optional<std::string> master_addr;  // --master_addr, or HOST of --master (Paddle 2.x)
   // --master_port: the control store's port in a multi-node job (either spelling); default:
   // --started_port - 1 when that is set, else kDefaultControlPort.

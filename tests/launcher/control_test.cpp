@@ -178,6 +178,22 @@ TEST(ControlChannel, TwoNodesAgreeOnEndpointsAndJobId) {
   EXPECT_EQ(a1.job_id, "job-of-node-0");
 }
 
+TEST(ControlChannel, AutoNodeRanksGoToTheHostFirstAndAreNeverHandedOutTwice) {
+  const std::uint16_t port = free_port();
+  ControlChannel first(options_for(port, kAutoNodeRank, 2));
+  EXPECT_EQ(first.node_rank(), 0) << "the first launcher at the address hosts the store";
+  ControlChannel second(options_for(port, kAutoNodeRank, 2));
+  EXPECT_EQ(second.node_rank(), 1);
+  try {
+    ControlChannel surplus(options_for(port, kAutoNodeRank, 2));
+    FAIL() << "a third launcher of a 2-node job got node rank " << surplus.node_rank();
+  } catch (const ControlError& e) {
+    EXPECT_NE(std::string(e.what()).find("more launchers than --nnodes=2 joined"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(ControlChannel, MismatchFailsOnBothSides) {
   const std::uint16_t port = free_port();
   auto node1 = std::async(std::launch::async, [port]() -> std::string {

@@ -505,3 +505,67 @@ TEST(VisibleGpus, CudaVisibleDevicesNarrowsTheDevices) {
 
 }  // namespace
 }  // namespace ddl::launcher
+
+namespace ddl::launcher {
+namespace {
+
+LaunchOptions parse_env(std::vector<std::string> args, const env::EnvMap& env) {
+  args.insert(args.begin(), "launch");
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  return parse_options(static_cast<int>(argv.size()), argv.data(), env, MachineCounts{4, 0});
+}
+
+TEST(PaddleEnvironment, PaddleJobPodGivesMasterNodesAndJobId) {
+  // What Kubeflow's PaddleJob sets (pkg/controller.v1/paddlepaddle/envvar.go): no node rank.
+  const LaunchOptions o = parse_env({"--nproc_per_node=2", "train"},
+                                    {{"PADDLE_MASTER", "mnist-worker-0:36543"},
+                                     {"PADDLE_NNODES", "2"},
+                                     {"PADDLE_JOB_ID", "mnist"},
+                                     {"PYTHONUNBUFFERED", "1"}});
+  EXPECT_EQ(o.master_addr, "mnist-worker-0");
+  EXPECT_EQ(o.master_port, 36543);
+  EXPECT_EQ(o.nnodes, 2);
+  EXPECT_FALSE(o.node_rank);
+  EXPECT_TRUE(o.auto_node_rank) << "Paddle's master hands node ranks out";
+  EXPECT_EQ(o.job_id, "mnist");
+  EXPECT_EQ(o.from_environment,
+            (std::vector<std::string>{"PADDLE_MASTER=mnist-worker-0:36543", "PADDLE_NNODES=2",
+                                      "PADDLE_JOB_ID=mnist"}));
+}
+
+TEST(PaddleEnvironment, FlagsAndOtherSpellingsWin) {
+  const env::EnvMap pod{{"PADDLE_MASTER", "m:1234"}, {"PADDLE_NNODES", "2"},
+                        {"PADDLE_RANK", "1"},        {"PADDLE_DEVICES", "0,1"},
+                        {"PADDLE_LOG_DIR", "plog"},  {"PADDLE_MAX_RESTART", "3"}};
+  LaunchOptions o = parse_env({"train"}, pod);
+  EXPECT_EQ(o.node_rank, 1);
+  EXPECT_FALSE(o.auto_node_rank);
+  EXPECT_EQ(o.selected_gpus, (std::vector<int>{0, 1}));
+  EXPECT_EQ(o.log_dir, "plog");
+  EXPECT_EQ(o.max_restarts, 3);
+  o = parse_env({"--rank=0", "--log_dir=mine", "--devices=3", "--max_restarts=0", "train"}, pod);
+  EXPECT_EQ(o.node_rank, 0);
+  EXPECT_EQ(o.log_dir, "mine");
+  EXPECT_EQ(o.selected_gpus, (std::vector<int>{3}));
+  EXPECT_EQ(o.max_restarts, 0);
+  // torchrun's spelling of node 0 on the command line: PADDLE_MASTER is not read.
+  o = parse_env({"--master_addr=10.0.0.9", "--nnodes=2", "--node_rank=1", "train"}, pod);
+  EXPECT_EQ(o.master_addr, "10.0.0.9");
+  // PET_ variables come first: PET_NNODES wins over PADDLE_NNODES.
+  o = parse_env({"train"}, {{"PET_NNODES", "3"}, {"PET_MASTER_ADDR", "a"}, {"PADDLE_NNODES", "2"}});
+  EXPECT_EQ(o.nnodes, 3);
+}
+
+TEST(AutoNodeRank, OnlyWhereNode0HandsRanksOut) {
+  EXPECT_TRUE(parse_env({"--rdzv_backend=c10d", "--rdzv_endpoint=h:1", "--nnodes=2", "train"}, {})
+                  .auto_node_rank);
+  EXPECT_FALSE(parse_env({"--rdzv_endpoint=h:1", "--nnodes=2", "train"}, {}).auto_node_rank)
+      << "static backend: node rank 0 unless given, as torchrun";
+  EXPECT_FALSE(parse_env({"--master_addr=h", "--nnodes=2", "train"}, {}).auto_node_rank);
+  EXPECT_FALSE(parse_env({"--master=h:1", "--nnodes=2", "--rank=1", "train"}, {}).auto_node_rank);
+  EXPECT_TRUE(parse_env({"--master=h:1", "--nnodes=2", "train"}, {}).auto_node_rank);
+}
+
+}  // namespace
+}  // namespace ddl::launcher

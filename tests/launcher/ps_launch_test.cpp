@@ -164,8 +164,9 @@ TEST(PsLaunch, ServersExitingFirstLeaveTheTrainersRunning) {
 TEST(PsLaunch, ARestartStartsServersAndTrainersTogether) {
   TempDir tmp;
   const fs::path logs = tmp.path() / "logs";
-  // Trainer 1 fails at step 1 of the first start only; the second start runs clean.
-  LaunchRun run(tmp, ps_args(logs, {"--max_restarts=1"}, {"--steps", "3"}),
+  // Trainer 1 fails at step 1 of the first start only; the second start runs clean. Steps are
+  // paced so the first start's servers have written their environment before they are stopped.
+  LaunchRun run(tmp, ps_args(logs, {"--max_restarts=1"}, {"--steps", "3", "--step_ms", "100"}),
                 {{ddl::env::kFault, "rank=1,step=1,exit=3,restart=0"}});
   ASSERT_EQ(run.wait(milliseconds(20'000)), 0) << run.err();
   EXPECT_EQ(run.starts("server").size(), 4u) << "both servers started twice\n" << run.err();

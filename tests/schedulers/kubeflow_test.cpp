@@ -61,6 +61,44 @@ std::map<std::string, std::string> pod_env(int node_rank, int port, int nproc) {
   return env;
 }
 
+// The test's environment without launcher, scheduler or job variables, plus `pod`.
+std::map<std::string, std::string> plain_env(const std::map<std::string, std::string>& pod) {
+  std::map<std::string, std::string> env = pod_env(0, 1, 1);
+  for (auto it = env.begin(); it != env.end();) {
+    const bool operator_set = it->first.rfind("PET_", 0) == 0 || it->first == "MASTER_ADDR" ||
+                              it->first == "MASTER_PORT" || it->first == "RANK" ||
+                              it->first == "WORLD_SIZE";
+    it = operator_set ? env.erase(it) : std::next(it);
+  }
+  for (const auto& [k, v] : pod) env[k] = v;
+  return env;
+}
+
+// Starts one launch per entry of `envs` (same flags), waits for all; outputs and exit codes.
+std::vector<std::string> run_launchers(const TempDir& dir, const std::vector<std::string>& flags,
+                                       const std::vector<std::map<std::string, std::string>>& envs,
+                                       std::vector<std::optional<int>>& codes) {
+  std::vector<std::unique_ptr<ddl::testing::ChildProcess>> pods;
+  for (std::size_t node = 0; node < envs.size(); ++node) {
+    ddl::testing::SpawnOptions o;
+    o.argv = {kBin + "/launch", "--print_config=false", "--rendezvous_timeout=60", "--log_dir",
+              (dir.path() / "logs").string()};
+    o.argv.insert(o.argv.end(), flags.begin(), flags.end());
+    o.argv.insert(o.argv.end(), {kBin + "/hello_worker", "--show_env", "PADDLE_JOB_ID"});
+    o.env = envs[node];
+    o.stdout_path = dir.path() / ("pod" + std::to_string(node) + ".out");
+    o.own_process_group = true;
+    pods.push_back(std::make_unique<ddl::testing::ChildProcess>(o));
+  }
+  std::vector<std::string> outs;
+  codes.clear();
+  for (std::size_t node = 0; node < envs.size(); ++node) {
+    codes.push_back(pods[node]->wait(milliseconds(90'000)));
+    outs.push_back(read_file(dir.path() / ("pod" + std::to_string(node) + ".out")));
+  }
+  return outs;
+}
+
 struct Pod {
   std::unique_ptr<ddl::testing::ChildProcess> launch;
   std::string out;
@@ -103,8 +141,8 @@ TEST(KubeflowPyTorchJob, PodsFormOneJobFromTheOperatorsVariables) {
   for (int node = 0; node < 2; ++node) {
     SCOPED_TRACE("pod " + std::to_string(node) + ":\n" + outs[node]);
     ASSERT_EQ(codes[node], 0);
-    EXPECT_TRUE(contains(outs[node], "flag defaults from the environment (torchrun's PET_<FLAG>): "
-                                     "PET_NNODES=2, PET_NODE_RANK=" +
+    EXPECT_TRUE(contains(outs[node], "flag defaults from the environment (torchrun's PET_<FLAG>, "
+                                     "Paddle's PADDLE_<FLAG>): PET_NNODES=2, PET_NODE_RANK=" +
                                          std::to_string(node)));
     EXPECT_TRUE(contains(outs[node], "node " + std::to_string(node) + " of 2"));
   }
@@ -127,6 +165,67 @@ TEST(KubeflowPyTorchJob, CommandLineFlagWinsOverItsVariable) {
     EXPECT_FALSE(contains(outs[node], "PET_NPROC_PER_NODE"));
     const std::string log = worker_log(dir, node, node);
     EXPECT_TRUE(contains(log, "hello from rank " + std::to_string(node) + " of 2")) << log;
+  }
+}
+
+// Kubeflow's PaddleJob (pkg/controller.v1/paddlepaddle/envvar.go) gives its pods PADDLE_MASTER,
+// PADDLE_NNODES and PADDLE_JOB_ID but no node rank: as Paddle's own master does, node 0 is the
+// launcher at the master's address and hands the other node ranks out.
+TEST(KubeflowPaddleJob, PodsWithoutNodeRanksFormOneJob) {
+  TempDir dir("ddl_paddlejob");
+  const std::string master = "127.0.0.1:" + std::to_string(ddl::testing::free_port());
+  std::vector<std::map<std::string, std::string>> envs;
+  for (int pod = 0; pod < 2; ++pod) {
+    envs.push_back(plain_env({{"PADDLE_MASTER", master},
+                              {"PADDLE_NNODES", "2"},
+                              {"PADDLE_JOB_ID", "mnist-paddle"},
+                              {"PYTHONUNBUFFERED", "1"},
+                              {"DDL_JOB_SECRET", "paddlejob-secret"}}));
+  }
+  std::vector<std::optional<int>> codes;
+  const auto outs = run_launchers(dir, {"--nproc_per_node=2"}, envs, codes);
+  int hosts = 0;
+  for (int pod = 0; pod < 2; ++pod) {
+    SCOPED_TRACE("pod " + std::to_string(pod) + ":\n" + outs[pod]);
+    ASSERT_EQ(codes[pod], 0);
+    EXPECT_TRUE(contains(outs[pod], "PADDLE_MASTER=" + master + ", PADDLE_NNODES=2"));
+    hosts += contains(outs[pod], "node rank 0: this launcher hosts the control store") ? 1 : 0;
+  }
+  EXPECT_EQ(hosts, 1) << "exactly one launcher is node 0";
+  EXPECT_TRUE(contains(outs[0] + outs[1], "node rank 1 assigned by node 0's control store"));
+  for (int rank = 0; rank < 4; ++rank) {
+    const std::string log =
+        read_file(dir.path() / "logs" / ("workerlog." + std::to_string(rank)));
+    EXPECT_TRUE(contains(log, "hello from rank " + std::to_string(rank) + " of 4")) << log;
+    EXPECT_TRUE(contains(log, "ENV PADDLE_JOB_ID=mnist-paddle\n")) << log;
+  }
+}
+
+// An elastic PyTorchJob without a Master replica: PET_RDZV_BACKEND=c10d and PET_RDZV_ENDPOINT,
+// no node rank (torchrun's c10d rendezvous hands them out; so does node 0 here).
+TEST(KubeflowPyTorchJob, ElasticPodsWithoutNodeRanksFormOneJob) {
+  TempDir dir("ddl_kubeflow_elastic");
+  const std::string endpoint = "127.0.0.1:" + std::to_string(ddl::testing::free_port());
+  std::vector<std::map<std::string, std::string>> envs;
+  for (int pod = 0; pod < 2; ++pod) {
+    envs.push_back(plain_env({{"PET_RDZV_BACKEND", "c10d"},
+                              {"PET_RDZV_ENDPOINT", endpoint},
+                              {"PET_RDZV_ID", "mnist"},
+                              {"PET_NNODES", "2"},
+                              {"PET_NPROC_PER_NODE", "1"},
+                              {"PET_MAX_RESTARTS", "1"},
+                              {"DDL_JOB_SECRET", "elastic-secret"}}));
+  }
+  std::vector<std::optional<int>> codes;
+  const auto outs = run_launchers(dir, {}, envs, codes);
+  for (int pod = 0; pod < 2; ++pod) {
+    SCOPED_TRACE("pod " + std::to_string(pod) + ":\n" + outs[pod]);
+    ASSERT_EQ(codes[pod], 0);
+  }
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string log =
+        read_file(dir.path() / "logs" / ("workerlog." + std::to_string(rank)));
+    EXPECT_TRUE(contains(log, "hello from rank " + std::to_string(rank) + " of 2")) << log;
   }
 }
 
