@@ -12,6 +12,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <string_view>
 #include <vector>
 
@@ -74,6 +75,13 @@ inline constexpr const char* kPaddleJobId = "PADDLE_JOB_ID";             // --jo
 inline constexpr const char* kPaddleDistriBackend = "PADDLE_DISTRI_BACKEND";
 // Threading of the math libraries inside each worker.
 inline constexpr const char* kOmpNumThreads = "OMP_NUM_THREADS";
+// Python's output buffering: "1" for every worker unless the caller set it (Python scripts run
+// with -u as under torchrun; this covers the Python programs a worker starts).
+inline constexpr const char* kPythonUnbuffered = "PYTHONUNBUFFERED";
+// Removed from the workers' environment as both Paddle launchers do (a proxy breaks local
+// rendezvous over HTTP), each kept under our name.
+inline constexpr std::pair<const char*, const char*> kRemovedProxies[] = {
+    {"http_proxy", "DDL_SAVED_HTTP_PROXY"}, {"https_proxy", "DDL_SAVED_HTTPS_PROXY"}};
 // Our own additions.
 inline constexpr const char* kJobId = "DDL_JOB_ID";            // names one job (one launch)
 inline constexpr const char* kJobSecret = "DDL_JOB_SECRET";    // store admits only holders

@@ -19,6 +19,18 @@ spdlog::level::level_enum parse_level(std::string_view text) {
                               "': expected debug, info, warn, error or 10, 20, 30, 40");
 }
 
+int paddle_level(spdlog::level::level_enum level) {
+  switch (level) {
+    case spdlog::level::trace: return 5;
+    case spdlog::level::debug: return 10;
+    case spdlog::level::info: return 20;
+    case spdlog::level::warn: return 30;
+    case spdlog::level::err: return 40;
+    case spdlog::level::critical: return 50;
+    default: return 0;
+  }
+}
+
 std::string rank_role(int rank) { return "rank " + std::to_string(rank); }
 
 void init(std::string_view role, spdlog::level::level_enum level) {

@@ -15,6 +15,10 @@ namespace ddl::logging {
 // Throws std::invalid_argument quoting the text.
 spdlog::level::level_enum parse_level(std::string_view text);
 
+// Python's (and Paddle's) number for a level: 10 debug, 20 info, 30 warn, 40 error, 50 critical
+// (trace: 5, off: 0 -- Python has neither).
+int paddle_level(spdlog::level::level_enum level);
+
 // Makes the process's default logger write to stderr as
 //   "[2026-12-02 13:00:00.123] [info] [host rank 3] message"
 // `role` is "launch" for the launcher and "rank N" for a worker.

@@ -192,6 +192,11 @@ std::string default_data_path() {
 // --device auto: the GPU the launcher selected (or this node's local rank) when CUDA is usable.
 torch::Device choose_device(const std::string& wanted, const ParallelEnv& env) {
   const bool cuda = torch::cuda::is_available();
+  if (wanted == "auto" && !cuda && env.gpu) {
+    spdlog::warn("GPU {} selected (FLAGS_selected_gpus) but CUDA is not available to this "
+                 "LibTorch (no GPU visible, or a CPU-only build): training on the CPU",
+                 *env.gpu);
+  }
   if (wanted == "cpu" || (wanted == "auto" && !cuda)) return torch::kCPU;
   if (!cuda) {
     throw UsageError(

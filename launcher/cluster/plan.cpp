@@ -117,6 +117,17 @@ WorkerSpec make_spec(env::WorkerContract c, const LaunchOptions& options, const 
     w.env[env::kNcclAsyncErrorHandling] = "1";  // torchrun's default
   }
   if (options.log_level_name) w.env[env::kLogLevel] = *options.log_level_name;
+  // As torchrun runs scripts with -u: output arrives line by line (the hang guard and the
+  // console see it), also from a Python program started by the worker.
+  if (!env::lookup(inputs.caller_env, env::kPythonUnbuffered)) w.env[env::kPythonUnbuffered] = "1";
+  // As both Paddle launchers: a proxy would carry the workers' local HTTP rendezvous away; the
+  // values stay available under our names.
+  for (const auto& [proxy, saved] : env::kRemovedProxies) {
+    if (auto v = env::lookup(inputs.caller_env, proxy)) {
+      w.removed.emplace_back(proxy);
+      w.env[saved] = *v;
+    }
+  }
   return w;
 }
 
@@ -281,9 +292,18 @@ ClusterPlan make_plan(const LaunchOptions& options, const PlanInputs& inputs) {
   plan.world_size = per_node * nodes;
 
   // Endpoints published through the control store are known already.
-  const std::vector<std::uint16_t> local_ports =
+  std::vector<std::uint16_t> local_ports =
       inputs.cluster_endpoints ? std::vector<std::uint16_t>()
                                : pick_local_ports(options, inputs, nodes, per_node, "workers");
+  // A single node given --master_port (torchrun's spelling) hosts the workers' store there: rank
+  // 0's endpoint is MASTER_ADDR:MASTER_PORT, so they appear as given.
+  if (nodes == 1 && !inputs.cluster_endpoints && options.master_port && !options.started_port &&
+      !local_ports.empty()) {
+    const auto wanted = static_cast<std::uint16_t>(*options.master_port);
+    const auto clash = std::find(local_ports.begin() + 1, local_ports.end(), wanted);
+    if (clash != local_ports.end()) *clash = local_ports[0];
+    local_ports[0] = wanted;
+  }
 
   for (int k = 0; k < nodes && !inputs.cluster_endpoints; ++k) {
     for (int i = 0; i < per_node; ++i) {
@@ -312,7 +332,9 @@ ClusterPlan make_plan(const LaunchOptions& options, const PlanInputs& inputs) {
   return plan;
 }
 
-env::EnvMap merge_env(env::EnvMap env, const env::EnvMap& overrides) {
+env::EnvMap merge_env(env::EnvMap env, const env::EnvMap& overrides,
+                      const std::vector<std::string>& removed) {
+  for (const std::string& name : removed) env.erase(name);
   for (const auto& [name, value] : overrides) env[name] = value;
   return env;
 }

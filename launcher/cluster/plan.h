@@ -65,6 +65,7 @@ struct PlanInputs {
 struct WorkerSpec {
   env::WorkerContract contract;  // rank, local rank, endpoints, gpu, ...
   env::EnvMap env;               // variables set on top of the caller's environment
+  std::vector<std::string> removed;  // the caller's variables the process does not get
 };
 
 struct ClusterPlan {
@@ -83,7 +84,8 @@ struct ClusterPlan {
 ClusterPlan make_plan(const LaunchOptions& options, const PlanInputs& inputs);
 
 // `env` with `overrides` applied (the plan wins over the caller).
-env::EnvMap merge_env(env::EnvMap env, const env::EnvMap& overrides);
+env::EnvMap merge_env(env::EnvMap env, const env::EnvMap& overrides,
+                      const std::vector<std::string>& removed = {});
 
 // `bytes` random bytes from std::random_device as lowercase hex (job ids and secrets).
 std::string random_hex(std::size_t bytes);

@@ -192,6 +192,21 @@ std::unique_ptr<ControlChannel> form_multi_node_job(const LaunchOptions& options
   return control;
 }
 
+// What this node's console shows. With --log_dir: this node's local rank 0 (Paddle 1.8 echoes
+// each node's first trainer), or the --local_ranks_filter ranks, and the --tee ranks as well;
+// servers only go to their logs. Without: every process, or the --local_ranks_filter trainers.
+bool shown_on_console(const LaunchOptions& options, const WorkerSpec& spec) {
+  const bool trainer = spec.contract.role == env::Role::kTrainer;
+  const int local = spec.contract.local_rank;
+  if (!options.log_dir) {
+    return !trainer || !options.local_ranks_filter || options.local_ranks_filter->contains(local);
+  }
+  if (!trainer) return false;
+  const bool chosen =
+      options.local_ranks_filter ? options.local_ranks_filter->contains(local) : local == 0;
+  return chosen || options.tee.contains(local);
+}
+
 }  // namespace
 
 int online_cores() {
@@ -209,7 +224,14 @@ int run_job(const LaunchOptions& options, const JobContext& context) {
                  used);
   }
   std::ostream& config_out = context.config_out ? *context.config_out : std::cout;
-  const std::string executable = find_worker(options.worker, context.launcher_dir, caller_env);
+  const WorkerCommand command = worker_command(
+      WorkerChoice{options.worker, options.module, options.no_python, options.python},
+      context.launcher_dir, caller_env);
+  const std::string& executable = command.executable;
+  if (command.python) {
+    spdlog::debug("running {} as {} -u {}{}", options.worker, executable,
+                  options.module ? "-m " : "", options.worker);
+  }
   NodeTopology topology = resolve_topology(options, caller_env);  // node rank: maybe assigned below
 
   PlanInputs inputs;
@@ -289,13 +311,18 @@ int run_job(const LaunchOptions& options, const JobContext& context) {
 
   auto launches_of = [&](const ClusterPlan& p) {
     std::vector<WorkerLaunch> launches;
+    int shown = 0;
+    for (const WorkerSpec& spec : p.local) shown += shown_on_console(options, spec) ? 1 : 0;
     for (const WorkerSpec& spec : p.local) {
       WorkerLaunch l;
       l.role = spec.contract.role;
       l.index = spec.contract.rank;
+      l.echo = shown_on_console(options, spec);
+      l.prefix_echo = shown > 1;
       l.executable = executable;
-      l.args = options.worker_args;
-      l.env = merge_env(caller_env, spec.env);
+      l.args = command.args;
+      l.args.insert(l.args.end(), options.worker_args.begin(), options.worker_args.end());
+      l.env = merge_env(caller_env, spec.env, spec.removed);
       launches.push_back(std::move(l));
     }
     return launches;
@@ -307,6 +334,7 @@ int run_job(const LaunchOptions& options, const JobContext& context) {
   };
   SupervisorOptions sup;
   sup.log_dir = options.log_dir;
+  sup.append_logs = !options.log_overwrite;
   sup.quiet = options.quiet;
   sup.kill_timeout = options.kill_timeout;
   sup.restart_policy = RestartPolicy(options.max_restarts);
@@ -318,7 +346,7 @@ int run_job(const LaunchOptions& options, const JobContext& context) {
   if (options.report && options.log_dir) {
     RunReport::JobInfo info;
     info.job_id = job_id;
-    info.worker = executable;
+    info.worker = command.python ? options.worker : executable;
     info.node_rank = topology.node_rank;
     info.nnodes = topology.nnodes;
     report = std::make_unique<RunReport>(info);

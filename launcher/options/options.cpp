@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cxxopts.hpp>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -29,12 +30,42 @@ const std::set<std::string>& value_flags() {
       "max_restarts",  "hang_timeout", "nnodes",         "node_rank",    "master_addr",
       "master_port",   "server_num",   "worker_num",     "servers",      "workers",
       "server_grace",  "rdzv_conf",    "devices",        "master",       "rank",
-      "job_id",        "rdzv_id",      "role",           "rdzv_endpoint", "rdzv_backend"};
+      "job_id",        "rdzv_id",      "role",           "rdzv_endpoint", "rdzv_backend",
+      "python",        "tee",          "redirects",      "local_ranks_filter", "monitor_interval",
+      "start_method",  "run_mode"};
   return flags;
 }
 
 const std::set<std::string>& switch_flags() {
-  static const std::set<std::string> flags = {"quiet", "print_config", "report", "help", "h", "version"};
+  static const std::set<std::string> flags = {"quiet",  "print_config", "report",    "help",
+                                              "h",      "version",      "module",    "no_python",
+                                              "standalone", "log_overwrite"};
+  return flags;
+}
+
+// Switches that take a boolean: "--print_config=false", and Paddle's space form
+// "--print_config False" when the next word is a boolean.
+const std::set<std::string>& boolean_switches() {
+  static const std::set<std::string> flags = {"print_config", "report", "log_overwrite"};
+  return flags;
+}
+
+bool is_boolean_word(std::string v) {
+  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
+  return v == "true" || v == "false" || v == "0" || v == "1";
+}
+
+// Other launchers' names for our flags: Paddle 2.x's --start_port, --max_restart and --host.
+const std::map<std::string, std::string>& flag_aliases() {
+  static const std::map<std::string, std::string> aliases = {
+      {"start_port", "started_port"}, {"max_restart", "max_restarts"}, {"host", "node_ip"}};
+  return aliases;
+}
+
+// torchrun's one-letter flags.
+const std::map<char, std::string>& short_flags() {
+  static const std::map<char, std::string> flags = {
+      {'h', "help"}, {'m', "module"}, {'r', "redirects"}, {'t', "tee"}};
   return flags;
 }
 
@@ -94,6 +125,57 @@ bool parse_bool(const std::string& flag, const std::string& value) {
   if (v == "true" || v == "1" || v == "yes" || v == "on") return true;
   if (v == "false" || v == "0" || v == "no" || v == "off") return false;
   bad_value(flag, value, "expected true or false");
+}
+
+// torchrun's Std spelling of --tee / --redirects: one value 0..3 for every local rank, or
+// LOCAL_RANK:VALUE pairs; a rank is in the set when its value is not 0.
+LocalRanks parse_streams(const std::string& flag, const std::string& value) {
+  const std::string expected =
+      "expected 0 (none), 1 (stdout), 2 (stderr), 3 (both), or LOCAL_RANK:VALUE,... such as 0:3,1:0";
+  auto level = [&](const std::string& v) {
+    if (v.size() != 1 || v[0] < '0' || v[0] > '3') bad_value(flag, value, expected);
+    return v[0] - '0';
+  };
+  LocalRanks out;
+  if (value.find(':') == std::string::npos) {
+    out.all = level(value) != 0;
+    return out;
+  }
+  std::set<int> seen;
+  for (const std::string& part : split_commas(value)) {
+    const auto colon = part.find(':');
+    if (colon == std::string::npos) bad_value(flag, value, expected);
+    int rank = 0;
+    try {
+      rank = env::parse_non_negative_int(part.substr(0, colon), "--" + flag);
+    } catch (const env::EnvError&) {
+      bad_value(flag, value, expected);
+    }
+    if (!seen.insert(rank).second) {
+      bad_value(flag, value, "local rank " + std::to_string(rank) + " is listed twice");
+    }
+    if (level(part.substr(colon + 1)) != 0) out.ranks.push_back(rank);
+  }
+  std::sort(out.ranks.begin(), out.ranks.end());
+  return out;
+}
+
+// --local_ranks_filter=0,2: local ranks, each a non-negative integer.
+LocalRanks parse_rank_list(const std::string& flag, const std::string& value) {
+  LocalRanks out;
+  for (const std::string& part : split_commas(value)) {
+    int rank = 0;
+    try {
+      rank = env::parse_non_negative_int(part, "--" + flag);
+    } catch (const env::EnvError&) {
+      bad_value(flag, value, "expected a comma-separated list of local ranks (0,1,...)");
+    }
+    if (std::find(out.ranks.begin(), out.ranks.end(), rank) == out.ranks.end()) {
+      out.ranks.push_back(rank);
+    }
+  }
+  std::sort(out.ranks.begin(), out.ranks.end());
+  return out;
 }
 
 std::vector<int> parse_gpus(const std::string& flag, const std::string& value) {
@@ -169,27 +251,52 @@ SplitArgs split_argv(int argc, const char* const argv[]) {
       break;
     }
     if (a.size() < 2 || a[0] != '-') break;  // first positional: WORKER
-    std::string name = a.substr(a[1] == '-' ? 2 : 1);
+    if (a[1] != '-') {
+      // -h, -m, and -r/-t with their value as the next word, glued ("-r3") or after '='.
+      const auto it = short_flags().find(a[1]);
+      if (it == short_flags().end()) {
+        throw OptionsError("unknown option '" + a + "' (see launch --help)");
+      }
+      const std::string& name = it->second;
+      ++i;
+      if (value_flags().count(name) == 0) {
+        if (a.size() > 2) throw OptionsError("unknown option '" + a + "' (see launch --help)");
+        out.launcher.push_back("--" + name);
+        continue;
+      }
+      if (a.size() > 2) {
+        out.launcher.push_back("--" + name + "=" + a.substr(a[2] == '=' ? 3 : 2));
+        continue;
+      }
+      if (i >= argc) throw OptionsError("option '" + a + "' needs a value (see launch --help)");
+      out.launcher.push_back("--" + name + "=" + argv[i]);
+      ++i;
+      continue;
+    }
+    std::string name = a.substr(2);
     const std::size_t eq = name.find('=');
     const bool has_value = eq != std::string::npos;
     const std::string value = has_value ? name.substr(eq) : std::string();  // "=..." or ""
     if (has_value) name = name.substr(0, eq);
     // torchrun's dash spellings (--nproc-per-node) are the same flags.
     std::replace(name.begin(), name.end(), '-', '_');
+    if (auto alias = flag_aliases().find(name); alias != flag_aliases().end()) {
+      name = alias->second;
+    }
     const bool takes_value = value_flags().count(name) > 0;
     if (!takes_value && switch_flags().count(name) == 0) {
       throw OptionsError("unknown option '" + a + "' (see launch --help)");
     }
-    if (a[1] != '-' && name != "h") {
-      throw OptionsError("unknown option '" + a + "': options are spelled --" + name +
-                         " (see launch --help)");
-    }
     const std::string typed = a;
-    out.launcher.push_back(a[1] == '-' ? "--" + name + value : a);
+    out.launcher.push_back("--" + name + value);
     ++i;
     if (takes_value && !has_value) {
       if (i >= argc) throw OptionsError("option '" + typed + "' needs a value (see launch --help)");
       out.launcher.push_back(argv[i]);
+      ++i;
+    } else if (!has_value && boolean_switches().count(name) && i < argc &&
+               is_boolean_word(argv[i])) {
+      out.launcher.back() += std::string("=") + argv[i];
       ++i;
     }
   }
@@ -229,7 +336,8 @@ void add_environment_defaults(std::vector<std::string>& launcher, const env::Env
     if (v) launcher.push_back("--" + flag + "=" + *v);
   };
   // The nodes: only when the command line does not describe them in Paddle's spelling.
-  const bool paddle_nodes = any_given({"cluster_node_ips", "ips", "node_ip", "master"});
+  const bool paddle_nodes =
+      any_given({"cluster_node_ips", "ips", "node_ip", "master", "standalone"});
   if (!paddle_nodes) {
     for (const char* flag : {"nnodes", "node_rank"}) {
       if (!any_given({flag}) && !(std::string(flag) == "node_rank" && any_given({"rank"}))) {
@@ -280,7 +388,7 @@ void add_environment_defaults(std::vector<std::string>& launcher, const env::Env
     return v;
   };
   const bool nodes_given = any_given({"cluster_node_ips", "ips", "node_ip", "master", "master_addr",
-                                      "master_port", "rdzv_endpoint"});
+                                      "master_port", "rdzv_endpoint", "standalone"});
   if (!nodes_given) {
     add("master", paddle("PADDLE_MASTER"));
     if (!any_given({"nnodes"})) add("nnodes", paddle("PADDLE_NNODES"));
@@ -320,7 +428,7 @@ cxxopts::Options make_cxxopts() {
       "addresses (IPv4 or host names) of all nodes; ranks are node-major in this order "
       "(default 127.0.0.1, or Slurm's node list inside an allocation)",
       text(), "ip1,ip2,...")("ips", "alias of --cluster_node_ips", text(), "ip1,ip2,...")(
-      "node_ip", "this node's address, one of --cluster_node_ips (default 127.0.0.1)", text(),
+      "node_ip", "this node's address, one of --cluster_node_ips (default 127.0.0.1; Paddle 2.x: --host)", text(),
       "IP")("nnodes",
            "torchrun spelling: number of nodes (use with --node_rank, --master_addr); MIN:MAX "
            "for an elastic job that runs on any number of nodes in between",
@@ -334,7 +442,7 @@ cxxopts::Options make_cxxopts() {
       "multi-node: port of the control store on node 0 (default: started_port-1, else 29500)",
       text(), "P")("started_port",
                    "endpoints are node_ip:P, P+1, ... (default: free ports, exchanged between "
-                   "nodes through the control store)",
+                   "nodes through the control store; Paddle 2.x: --start_port)",
                    text(), "P")(
       "print_config", "print the configuration and each rank's environment",
       cxxopts::value<std::string>()->default_value("true")->implicit_value("true"),
@@ -345,7 +453,8 @@ cxxopts::Options make_cxxopts() {
       "rendezvous_timeout", "seconds the workers may take to find each other (default 300)", text(),
       "S")("max_restarts",
            "after a worker fails anywhere in the job (or the hang guard fires), stop every "
-           "node's workers and start them all again, up to N times (default 0)",
+           "node's workers and start them all again, up to N times (default 0; Paddle 2.x: "
+           "--max_restart)",
            text(), "N")("hang_timeout",
                         "fail the job when no rank has printed anything for S seconds "
                         "(default 0: off); exit code 124",
@@ -384,7 +493,44 @@ cxxopts::Options make_cxxopts() {
                       text(), "HOST[:PORT]")(
       "rdzv_backend",
       "torchrun: c10d or static; both mean the control store on node 0 (etcd is not supported)",
-      text(), "NAME")("h,help", "print this help")("version", "print the version");
+      text(), "NAME")(
+      "standalone",
+      "torchrun: a single-node job with its own rendezvous (the default here; multi-node flags "
+      "are then an error)")(
+      "m,module",
+      "run WORKER as a Python module: PYTHON -u -m WORKER (torchrun's -m)")(
+      "no_python",
+      "run WORKER itself even when it ends in .py (torchrun's --no_python)")(
+      "python",
+      "the interpreter for .py scripts and -m (default: python3 on PATH); scripts run as "
+      "PYTHON -u SCRIPT, as torchrun and Paddle run them",
+      text(), "PROGRAM")(
+      "local_ranks_filter",
+      "torchrun: show only these local ranks' lines on the console (default: local rank 0 with "
+      "--log_dir, every rank without)",
+      text(), "0,1,...")(
+      "t,tee",
+      "torchrun: with --log_dir, also show these local ranks on the console: 0 none, 1|2|3 all, "
+      "or per rank 0:3,1:0",
+      text(), "SPEC")(
+      "r,redirects",
+      "torchrun: accepted and checked (0-3 or 0:3,1:0); with --log_dir both streams always go "
+      "to the rank's log file",
+      text(), "SPEC")(
+      "monitor_interval",
+      "torchrun: accepted (seconds >= 0); worker exits are noticed at once here, not by polling",
+      text(), "S")(
+      "start_method",
+      "torchrun: spawn|fork|forkserver, accepted; every worker is a fresh process (exec)",
+      text(), "NAME")(
+      "run_mode",
+      "Paddle 2.x: collective (default) or ps (a parameter-server job: needs --server_num or "
+      "--servers)",
+      text(), "MODE")(
+      "log_overwrite",
+      "Paddle 2.x: truncate the logs at job start (default true); false appends to them",
+      cxxopts::value<std::string>()->default_value("true")->implicit_value("true"), "BOOL")(
+      "h,help", "print this help")("version", "print the version");
   return o;
 }
 
@@ -424,7 +570,11 @@ int LaunchOptions::node_index() const {
 std::string help_text() {
   return make_cxxopts().help() +
          "\nEverything after WORKER is passed to the worker untouched. WORKER is a path, or the\n"
-         "name of a program next to `launch` or on PATH. Each worker gets the variables of\n"
+         "name of a program next to `launch` or on PATH. A WORKER ending in .py (and -m MODULE)\n"
+         "runs as `python3 -u WORKER ARGS` with the python3 first on PATH, as under torchrun and\n"
+         "Paddle; --python=PROGRAM picks another interpreter, --no_python runs WORKER itself.\n"
+         "Workers get PYTHONUNBUFFERED=1 unless it is set, and no http_proxy/https_proxy (kept\n"
+         "as DDL_SAVED_HTTP_PROXY/DDL_SAVED_HTTPS_PROXY). Each worker gets the variables of\n"
          "Paddle 1.8, Paddle 2.x and torchrun (PADDLE_TRAINER_ID, RANK, LOCAL_RANK, WORLD_SIZE,\n"
          "MASTER_ADDR, TORCHELASTIC_*, ...; README: \"The environment contract\").\n"
          "kill -USR1 <launch pid> writes every running rank's stack to LOG_DIR/stacks.<K>.txt\n"
@@ -494,7 +644,24 @@ LaunchOptions parse_options(int argc, const char* const argv[], const env::EnvMa
   };
 
   if (auto g = one_of({"selected_gpus", "gpus", "devices"})) {
-    o.selected_gpus = parse_gpus(g->first, g->second);
+    o.selected_gpus_given = parse_gpus(g->first, g->second);
+    o.selected_gpus = o.selected_gpus_given;
+    // As Paddle: with CUDA_VISIBLE_DEVICES set, the ids are the machine's and each worker gets
+    // the id's position in that list (CUDA_VISIBLE_DEVICES=4,5 --selected_gpus=5 gives 1).
+    const auto visible = env::lookup(env, "CUDA_VISIBLE_DEVICES");
+    if (visible && !visible->empty()) {
+      const std::vector<std::string> list = split_commas(*visible);
+      for (int& id : o.selected_gpus) {
+        const auto at = std::find(list.begin(), list.end(), std::to_string(id));
+        if (at == list.end()) {
+          bad_value(g->first, g->second,
+                    "GPU " + std::to_string(id) + " is not in CUDA_VISIBLE_DEVICES='" + *visible +
+                        "' (the ids are the machine's; each worker gets the id's position in "
+                        "that list)");
+        }
+        id = static_cast<int>(at - list.begin());
+      }
+    }
   }
   std::optional<int> nproc;
   if (r.count("nproc_per_node")) {
@@ -667,8 +834,9 @@ LaunchOptions parse_options(int argc, const char* const argv[], const env::EnvMa
       throw OptionsError("--nnodes=" + std::to_string(nnodes) +
                          " needs --master_addr (node 0's address, where the control store runs)");
     }
-    // --node_ip is this node's own address here, not a member of a list.
-    if (!o.node_ip_given) o.node_ip = kDefaultNodeIp;
+    // --node_ip is this node's own address here, not a member of a list. A single node given
+    // --master_addr is that address (MASTER_ADDR as given, as torchrun's workers see it).
+    if (!o.node_ip_given) o.node_ip = nnodes == 1 && o.master_addr ? *o.master_addr : kDefaultNodeIp;
     o.cluster_node_ips = {o.node_ip};
   } else if (explicit_endpoints) {
     // --servers/--workers name every process's host: this node is --node_ip, whatever it is.
@@ -760,6 +928,56 @@ LaunchOptions parse_options(int argc, const char* const argv[], const env::EnvMa
 
   o.print_config = parse_bool("print_config", r["print_config"].as<std::string>());
   o.report = parse_bool("report", r["report"].as<std::string>());
+  o.log_overwrite = parse_bool("log_overwrite", r["log_overwrite"].as<std::string>());
+
+  // How WORKER is run, and what the console shows.
+  o.module = r.count("module") > 0;
+  o.no_python = r.count("no_python") > 0;
+  if (o.module && o.no_python) {
+    throw OptionsError("--module and --no_python were both given: a module needs the interpreter");
+  }
+  if (r.count("python")) {
+    const std::string v = r["python"].as<std::string>();
+    if (v.empty()) bad_value("python", v, "expected an interpreter (a path or a name on PATH)");
+    if (o.no_python) bad_value("python", v, "--no_python runs WORKER without an interpreter");
+    o.python = v;
+  }
+  if (r.count("local_ranks_filter")) {
+    o.local_ranks_filter =
+        parse_rank_list("local_ranks_filter", r["local_ranks_filter"].as<std::string>());
+  }
+  if (r.count("tee")) o.tee = parse_streams("tee", r["tee"].as<std::string>());
+  if (r.count("redirects")) o.redirects = parse_streams("redirects", r["redirects"].as<std::string>());
+  if (r.count("monitor_interval")) {
+    const std::string v = r["monitor_interval"].as<std::string>();
+    o.monitor_interval =
+        static_cast<double>(parse_seconds("monitor_interval", v, true).count()) / 1000.0;
+  }
+  if (r.count("start_method")) {
+    const std::string v = r["start_method"].as<std::string>();
+    if (v != "spawn" && v != "fork" && v != "forkserver") {
+      bad_value("start_method", v, "expected spawn, fork or forkserver");
+    }
+    o.start_method = v;
+  }
+  o.standalone = r.count("standalone") > 0;
+  if (o.standalone && (o.nnodes.value_or(1) > 1 || o.node_rank.value_or(0) > 0 ||
+                       o.cluster_node_ips_given || r.count("master") || r.count("rdzv_endpoint"))) {
+    throw OptionsError(
+        "--standalone is a single-node job: it cannot be combined with --nnodes above 1, "
+        "--node_rank, --master, --rdzv_endpoint or --cluster_node_ips");
+  }
+  if (r.count("run_mode")) {
+    const std::string v = r["run_mode"].as<std::string>();
+    if (v == "collective" && ps_job) {
+      bad_value("run_mode", v, "--server_num/--servers make this a parameter-server job (ps)");
+    } else if (v == "ps" && !ps_job) {
+      bad_value("run_mode", v, "a parameter-server job needs --server_num or --servers");
+    } else if (v != "collective" && v != "ps") {
+      bad_value("run_mode", v, "expected collective or ps (ps-heter and rpc are not supported)");
+    }
+  }
+  o.run_mode = ps_job ? "ps" : "collective";
   if (o.elastic() && ps_job) {
     throw OptionsError("--nnodes=" + std::to_string(*o.min_nnodes) + ":" +
                        std::to_string(*o.nnodes) +
@@ -818,15 +1036,14 @@ std::string describe_options(const LaunchOptions& o) {
     return os.str();
   };
   std::ostringstream os;
-  os << "----------- Configuration Arguments -----------\n";
+  os << "-----------  Configuration Arguments -----------\n";
   os << "cluster_node_ips: " << join(o.cluster_node_ips) << "\n";
   os << "hang_timeout: " << (o.hang_timeout.count() == 0 ? "None" : seconds(o.hang_timeout))
      << "\n";
   os << "job_id: " << o.job_id.value_or("default") << "\n";
   os << "kill_timeout: " << seconds(o.kill_timeout) << "\n";
   os << "log_dir: " << o.log_dir.value_or("None") << "\n";
-  const auto level = spdlog::level::to_string_view(o.log_level);
-  os << "log_level: " << std::string(level.data(), level.size()) << "\n";
+  os << "log_level: " << logging::paddle_level(o.log_level) << "\n";
   os << "master_addr: " << o.master_addr.value_or("None") << "\n";
   os << "master_port: " << (o.master_port ? std::to_string(*o.master_port) : "None") << "\n";
   os << "max_restarts: " << o.max_restarts << "\n";
@@ -844,7 +1061,10 @@ std::string describe_options(const LaunchOptions& o) {
   os << "rendezvous_timeout: "
      << seconds(o.rendezvous_timeout.value_or(env::kDefaultRendezvousTimeout)) << "\n";
   os << "role: " << o.role << "\n";
-  os << "selected_gpus: " << (o.selected_gpus.empty() ? "None" : join(o.selected_gpus)) << "\n";
+  os << "selected_gpus: "
+     << (o.selected_gpus_given.empty() ? (o.selected_gpus.empty() ? "None" : join(o.selected_gpus))
+                                       : join(o.selected_gpus_given))
+     << "\n";
   // A parameter-server job's flags; a collective job's block stays as it always was.
   if (o.ps_job()) {
     os << "server_grace: " << seconds(o.server_grace_or_default()) << "\n";

@@ -8,6 +8,7 @@
 
 #include <spdlog/common.h>
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <stdexcept>
@@ -32,6 +33,17 @@ inline constexpr int kDefaultRendezvousPort = 29400;  // --rdzv_endpoint=HOST wi
 inline constexpr int kMaxNodes = 65'536;               // --nnodes accepts 1..kMaxNodes
 inline constexpr int kMaxRestartsLimit = 1000;  // --max_restarts accepts 0..kMaxRestartsLimit
 inline constexpr int kMaxProcessesPerRole = 4096;  // --server_num / --worker_num accept 1..this
+
+// A set of local ranks, as torchrun's --tee/--redirects ("3": every rank; "0:3,1:0": per local
+// rank, 0 meaning none) and --local_ranks_filter ("0,2") spell it.
+struct LocalRanks {
+  bool all = false;
+  std::vector<int> ranks;  // when not all, sorted
+  bool contains(int local_rank) const {
+    return all || std::find(ranks.begin(), ranks.end(), local_rank) != ranks.end();
+  }
+  bool empty() const { return !all && ranks.empty(); }
+};
 
 struct LaunchOptions {
   std::vector<int> selected_gpus;      // --selected_gpus / --gpus / --devices; empty: none
@@ -92,6 +104,24 @@ struct LaunchOptions {
   std::optional<std::string> rdzv_id;  // --rdzv_id (torchrun)
   std::string role = "default";        // --role (torchrun)
   std::optional<std::string> job_id;   // --job_id (Paddle 2.x)
+  // How WORKER is run (launcher/supervise/worker_lookup.h): a script ending in .py, or a module
+  // (-m/--module), by the Python interpreter with -u, as torchrun and Paddle do; --no_python runs
+  // WORKER itself whatever its name. --python names the interpreter (default: python3 on PATH).
+  bool module = false;     // -m / --module
+  bool no_python = false;  // --no_python / --no-python
+  std::optional<std::string> python;  // --python=PROGRAM
+  // The launcher's console (see LocalRanks): which local ranks' lines it shows. Unset: local
+  // rank 0 of this node with --log_dir, every rank without.
+  std::optional<LocalRanks> local_ranks_filter;  // --local_ranks_filter (torchrun)
+  LocalRanks tee;                                // --tee / -t: also shown, with --log_dir
+  LocalRanks redirects;                          // --redirects / -r: checked, see README
+  bool standalone = false;                  // --standalone (torchrun): one node, its own store
+  std::optional<double> monitor_interval;   // --monitor_interval (seconds; torchrun's)
+  std::string start_method = "spawn";       // --start_method (torchrun): spawn|fork|forkserver
+  std::string run_mode = "collective";      // --run_mode (Paddle 2.x): collective|ps
+  bool log_overwrite = true;                // --log_overwrite[=false]: append to the logs if false
+  // --selected_gpus as typed, before it is made relative to CUDA_VISIBLE_DEVICES (Paddle 1.8).
+  std::vector<int> selected_gpus_given;
   bool report = true;    // --report[=false]: write LOG_DIR/report.json and report.html
   bool help = false;     // --help / -h: print help_text() and exit 0 (WORKER not required)
   bool version = false;  // --version: print the version and exit 0 (WORKER not required)

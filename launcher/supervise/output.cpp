@@ -32,14 +32,15 @@ void Console::write(const std::string& text) {
 }
 
 ProcessOutput::ProcessOutput(std::string name, std::string log_path, bool echo, std::string prefix,
-                             Console& console)
+                             Console& console, bool append)
     : name_(std::move(name)),
       log_path_(std::move(log_path)),
       echo_(echo),
       prefix_(std::move(prefix)),
       console_(console) {
   if (log_path_.empty()) return;
-  log_fd_ = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  log_fd_ = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC),
+                   0644);
   if (log_fd_ < 0) {
     throw SupervisorError("cannot open log file '" + log_path_ + "' for " + name_ + ": " +
                           std::strerror(errno));

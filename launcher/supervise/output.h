@@ -39,11 +39,12 @@ class Console {
 // One process's output for the whole job (every generation). Not copyable; not thread-safe.
 class ProcessOutput {
  public:
-  // `name` ("rank 3", "server 1") is used in messages. Opens `log_path` truncated (empty: no log
-  // file) and throws SupervisorError naming the process and the path when it cannot. `echo`: copy
-  // each line to `console`, after `prefix` (may be empty).
+  // `name` ("rank 3", "server 1") is used in messages. Opens `log_path` truncated, or for
+  // appending when `append` (empty: no log file), and throws SupervisorError naming the process
+  // and the path when it cannot. `echo`: copy each line to `console`, after `prefix` (may be
+  // empty).
   ProcessOutput(std::string name, std::string log_path, bool echo, std::string prefix,
-                Console& console);
+                Console& console, bool append = false);
   ProcessOutput(const ProcessOutput&) = delete;
   ProcessOutput& operator=(const ProcessOutput&) = delete;
   ~ProcessOutput();

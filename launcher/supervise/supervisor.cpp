@@ -46,6 +46,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// launch's exit code for a bad command line (launcher/job/job.h's kExitUsage).
+constexpr int kUsageExitCode = 2;
+
 // After the last process is reaped, how long to wait for its output pipe to reach EOF (a
 // grandchild outside the process group may hold it open).
 constexpr std::chrono::milliseconds kDrainTimeout{1000};
@@ -189,12 +192,15 @@ class Supervisor {
   ProcessOutput& output_for(const WorkerLaunch& l) {
     auto& slot = outputs_[l.log_name()];
     if (slot) return *slot;
+    const std::string prefix = "[" + l.name() + "] ";
     if (options_.log_dir) {
-      const bool echo = l.role == env::Role::kTrainer && l.index == 0 && !options_.quiet;
+      const bool echo =
+          l.echo.value_or(l.role == env::Role::kTrainer && l.index == 0) && !options_.quiet;
       slot = std::make_unique<ProcessOutput>(
-          l.name(), (fs::path(*options_.log_dir) / l.log_name()).string(), echo, "", console_);
+          l.name(), (fs::path(*options_.log_dir) / l.log_name()).string(), echo,
+          l.prefix_echo ? prefix : "", console_, options_.append_logs);
     } else {
-      slot = std::make_unique<ProcessOutput>(l.name(), "", true, "[" + l.name() + "] ", console_);
+      slot = std::make_unique<ProcessOutput>(l.name(), "", l.echo.value_or(true), prefix, console_);
     }
     if (options_.report) {
       const std::string name = l.name();
@@ -848,8 +854,12 @@ class Supervisor {
       const Worker& w = *first_failure_;
       out.failed_rank = rank_of(w);
       out.failed_process = w.name;
-      spdlog::error("job failed{}: {} (pid {}) {}; launcher exit code {}{}", after, w.name, w.pid,
-                    ended(w), out.exit_code, failure_details());
+      // launch's own code 2 means a bad command line: say when a worker's 2 is passed on.
+      const std::string passed_on = out.exit_code == kUsageExitCode
+                                        ? " (" + w.name + "'s own exit code, passed on)"
+                                        : std::string();
+      spdlog::error("job failed{}: {} (pid {}) {}; launcher exit code {}{}{}", after, w.name,
+                    w.pid, ended(w), out.exit_code, passed_on, failure_details());
     } else if (!hang_message_.empty()) {
       spdlog::error("job failed{}: {}; launcher exit code {}{}", after, hang_message_,
                     out.exit_code, failure_details());

@@ -62,6 +62,10 @@ struct WorkerLaunch {
   std::string executable;         // resolved path
   std::vector<std::string> args;  // argv[1..]
   env::EnvMap env;                // the process's whole environment
+  // Whether its lines go to the launcher's console. Unset: with a log folder, trainer 0 only;
+  // without one, every process. `prefix_echo`: behind "[rank N] " also with a log folder.
+  std::optional<bool> echo;
+  bool prefix_echo = false;
 
   std::string name() const { return process_name(role, index); }
   std::string log_name() const { return log_file_name(role, index); }
@@ -115,6 +119,7 @@ class RunReport;
 
 struct SupervisorOptions {
   std::optional<std::string> log_dir;  // created if missing
+  bool append_logs = false;            // open the log files for appending, not truncated
   bool quiet = false;
   std::chrono::milliseconds kill_timeout{10'000};  // SIGTERM -> SIGKILL grace
   RestartPolicy restart_policy;  // asked after every failed generation (default: no restarts)

@@ -308,7 +308,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(Options, DescribeLooksLikePaddle) {
   LaunchOptions o = parse({"--gpus=0,1", "--log_dir=./mylog", "train", "--lr", "0.1"});
   const std::string text = describe_options(o);
-  EXPECT_EQ(text.rfind("----------- Configuration Arguments -----------\n", 0), 0u) << text;
+  EXPECT_EQ(text.rfind("-----------  Configuration Arguments -----------\n", 0), 0u) << text;
   EXPECT_NE(text.find("selected_gpus: 0,1\n"), std::string::npos) << text;
   EXPECT_NE(text.find("log_dir: ./mylog\n"), std::string::npos) << text;
   EXPECT_NE(text.find("started_port: None\n"), std::string::npos) << text;
@@ -565,6 +565,109 @@ TEST(AutoNodeRank, OnlyWhereNode0HandsRanksOut) {
   EXPECT_FALSE(parse_env({"--master_addr=h", "--nnodes=2", "train"}, {}).auto_node_rank);
   EXPECT_FALSE(parse_env({"--master=h:1", "--nnodes=2", "--rank=1", "train"}, {}).auto_node_rank);
   EXPECT_TRUE(parse_env({"--master=h:1", "--nnodes=2", "train"}, {}).auto_node_rank);
+}
+
+
+// ---- torchrun's and Paddle 2.x's other flags (issue 18) ---------------------------------------
+
+TEST(CommandLines, ScriptsModulesAndNoPython) {
+  LaunchOptions o = parse({"-m", "pkg.train", "--lr", "1"});
+  EXPECT_TRUE(o.module);
+  EXPECT_EQ(o.worker, "pkg.train");
+  EXPECT_EQ(o.worker_args, (std::vector<std::string>{"--lr", "1"}));
+  o = parse({"--module", "--python=/usr/bin/python3", "pkg"});
+  EXPECT_TRUE(o.module);
+  EXPECT_EQ(o.python, "/usr/bin/python3");
+  o = parse({"--no-python", "./run.py"});
+  EXPECT_TRUE(o.no_python);
+  EXPECT_EQ(error_of({"-m", "--no_python", "x"}),
+            "--module and --no_python were both given: a module needs the interpreter");
+  EXPECT_NE(error_of({"--no_python", "--python=python3", "x"}).find("--python='python3'"),
+            std::string::npos);
+  EXPECT_EQ(error_of({"-x", "w"}), "unknown option '-x' (see launch --help)");
+}
+
+TEST(CommandLines, BooleansTakeTheSpaceForm) {
+  LaunchOptions o = parse({"--print_config", "False", "train"});
+  EXPECT_FALSE(o.print_config);
+  EXPECT_EQ(o.worker, "train") << "False is the value, not WORKER";
+  o = parse({"--print_config", "train"});
+  EXPECT_TRUE(o.print_config);
+  EXPECT_EQ(o.worker, "train");
+  o = parse({"--report", "0", "--log_overwrite", "false", "train"});
+  EXPECT_FALSE(o.report);
+  EXPECT_FALSE(o.log_overwrite);
+  EXPECT_TRUE(parse({"train"}).log_overwrite) << "truncate, as Paddle 1.8";
+}
+
+TEST(CommandLines, TorchrunConsoleAndMonitorFlags) {
+  LaunchOptions o = parse({"--tee=3", "-r", "3", "--local-ranks-filter=1,0", "--monitor-interval=0.1",
+                           "--start-method=fork", "train"});
+  EXPECT_TRUE(o.tee.all);
+  EXPECT_TRUE(o.redirects.all);
+  ASSERT_TRUE(o.local_ranks_filter);
+  EXPECT_EQ(o.local_ranks_filter->ranks, (std::vector<int>{0, 1}));
+  EXPECT_DOUBLE_EQ(*o.monitor_interval, 0.1);
+  EXPECT_EQ(o.start_method, "fork");
+  o = parse({"-t", "0:3,1:0,2:1", "-r0", "train"});
+  EXPECT_FALSE(o.tee.all);
+  EXPECT_EQ(o.tee.ranks, (std::vector<int>{0, 2}));
+  EXPECT_TRUE(o.redirects.empty());
+  EXPECT_NE(error_of({"--tee=4", "w"}).find("--tee='4': expected 0 (none)"), std::string::npos);
+  EXPECT_NE(error_of({"--tee=0:1,0:2", "w"}).find("local rank 0 is listed twice"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--start_method=thread", "w"}).find("expected spawn, fork or forkserver"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--local_ranks_filter=a", "w"}).find("--local_ranks_filter='a'"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--monitor_interval=-1", "w"}).find("--monitor_interval='-1'"),
+            std::string::npos);
+}
+
+TEST(CommandLines, StandaloneIsOneNode) {
+  const LaunchOptions o = parse({"--standalone", "--nnodes=1", "--nproc-per-node=2", "train"});
+  EXPECT_TRUE(o.standalone);
+  EXPECT_EQ(o.nproc_per_node, 2);
+  EXPECT_NE(error_of({"--standalone", "--nnodes=2", "--master_addr=h", "w"})
+                .find("--standalone is a single-node job"),
+            std::string::npos);
+  // A pod's PET_ node variables do not turn a standalone job into a multi-node one.
+  const LaunchOptions pod =
+      parse_with({"--standalone", "train"}, {{"PET_NNODES", "2"}, {"PET_MASTER_ADDR", "m"}});
+  EXPECT_FALSE(pod.nnodes);
+}
+
+TEST(CommandLines, PaddleSpellings) {
+  LaunchOptions o = parse({"--start_port=6170", "--max_restart=2", "--host=127.0.0.1",
+                           "--run_mode=collective", "train"});
+  EXPECT_EQ(o.started_port, 6170);
+  EXPECT_EQ(o.max_restarts, 2);
+  EXPECT_EQ(o.node_ip, "127.0.0.1");
+  o = parse({"--run_mode=ps", "--server_num=1", "--worker_num=1", "train"});
+  EXPECT_EQ(o.run_mode, "ps");
+  EXPECT_NE(error_of({"--run_mode=ps", "w"}).find("needs --server_num or --servers"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--run_mode=rpc", "w"}).find("expected collective or ps"), std::string::npos);
+}
+
+TEST(CommandLines, SelectedGpusAreRelativeToCudaVisibleDevices) {
+  const env::EnvMap visible{{"CUDA_VISIBLE_DEVICES", "4,5"}};
+  const LaunchOptions o = parse_with({"--selected_gpus=4,5", "train"}, visible);
+  EXPECT_EQ(o.selected_gpus, (std::vector<int>{0, 1}));
+  EXPECT_NE(describe_options(o).find("selected_gpus: 4,5\n"), std::string::npos)
+      << "the block shows what was typed";
+  EXPECT_EQ(parse_with({"--gpus=5", "train"}, visible).selected_gpus, (std::vector<int>{1}));
+  EXPECT_EQ(error_with({"--selected_gpus=0", "train"}, visible),
+            "--selected_gpus='0': GPU 0 is not in CUDA_VISIBLE_DEVICES='4,5' (the ids are the "
+            "machine's; each worker gets the id's position in that list)");
+  EXPECT_EQ(parse_with({"--selected_gpus=0,1", "train"}, {}).selected_gpus,
+            (std::vector<int>{0, 1}));
+}
+
+TEST(CommandLines, ConfigurationBlockUsesPaddlesLevelNumbers) {
+  const std::string text = describe_options(parse({"--log_level=debug", "train"}));
+  EXPECT_NE(text.find("log_level: 10\n"), std::string::npos) << text;
+  EXPECT_NE(describe_options(parse({"train"})).find("log_level: 20\n"), std::string::npos);
 }
 
 }  // namespace
