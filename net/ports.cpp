@@ -37,21 +37,8 @@ class SocketSet {
 std::vector<std::uint16_t> pick_free_ports(const std::string& host, int count) {
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
-    // A host name ("localhost"): its first IPv4 address.
-    addrinfo hints{};
-    hints.ai_family = AF_INET;
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* found = nullptr;
-    const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
-    if (rc != 0 || found == nullptr) {
-      throw PortError("cannot pick a free port on '" + host +
-                      "': not an IPv4 address or a host name that resolves to one (" +
-                      ::gai_strerror(rc) + ")");
-    }
-    addr.sin_addr = reinterpret_cast<const sockaddr_in*>(found->ai_addr)->sin_addr;
-    ::freeaddrinfo(found);
-  }
+  // A host name ("localhost") binds its first IPv4 address.
+  ::inet_pton(AF_INET, resolve_ipv4(host).c_str(), &addr.sin_addr);
   SocketSet sockets;
   std::vector<std::uint16_t> ports;
   std::set<std::uint16_t> seen;

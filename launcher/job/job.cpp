@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -311,20 +312,21 @@ int run_job(const LaunchOptions& options, const JobContext& context) {
 
   auto launches_of = [&](const ClusterPlan& p) {
     std::vector<WorkerLaunch> launches;
-    int shown = 0;
-    for (const WorkerSpec& spec : p.local) shown += shown_on_console(options, spec) ? 1 : 0;
     for (const WorkerSpec& spec : p.local) {
       WorkerLaunch l;
       l.role = spec.contract.role;
       l.index = spec.contract.rank;
       l.echo = shown_on_console(options, spec);
-      l.prefix_echo = shown > 1;
       l.executable = executable;
       l.args = command.args;
       l.args.insert(l.args.end(), options.worker_args.begin(), options.worker_args.end());
       l.env = merge_env(caller_env, spec.env, spec.removed);
       launches.push_back(std::move(l));
     }
+    // Lines of several processes on one console need their names.
+    const auto shown = std::count_if(launches.begin(), launches.end(),
+                                     [](const WorkerLaunch& l) { return *l.echo; });
+    for (WorkerLaunch& l : launches) l.prefix_echo = shown > 1;
     return launches;
   };
   const GenerationFactory generations = [&](Generation generation) {

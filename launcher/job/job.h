@@ -16,11 +16,11 @@
 
 #include "env/contract.h"
 #include "launcher/options/options.h"
+#include "launcher/supervise/exit_status.h"  // kExitUsage
 
 namespace ddl::launcher {
 
 inline constexpr int kExitError = 1;
-inline constexpr int kExitUsage = 2;
 inline constexpr int kExitNotFound = 127;
 
 // What a job takes from the process that runs it.

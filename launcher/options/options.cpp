@@ -324,13 +324,18 @@ void add_environment_defaults(std::vector<std::string>& launcher, const env::Env
     }
     return false;
   };
-  auto pet = [&](const std::string& flag) -> std::optional<std::string> {
+  // A variable's non-empty value, noted in `used`.
+  auto variable = [&](const std::string& name) -> std::optional<std::string> {
+    auto v = env::lookup(env, name);
+    if (!v || v->empty()) return std::nullopt;
+    used.push_back(name + "=" + *v);
+    return v;
+  };
+  auto pet = [&](const std::string& flag) {
     std::string name = "PET_" + flag;
     std::transform(name.begin(), name.end(), name.begin(),
                    [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
-    auto v = env::lookup(env, name);
-    if (v && !v->empty()) used.push_back(name + "=" + *v);
-    return v && !v->empty() ? v : std::nullopt;
+    return variable(name);
   };
   auto add = [&](const std::string& flag, const std::optional<std::string>& v) {
     if (v) launcher.push_back("--" + flag + "=" + *v);
@@ -381,12 +386,7 @@ void add_environment_defaults(std::vector<std::string>& launcher, const env::Env
   // Kubeflow's PaddleJob sets PADDLE_MASTER, PADDLE_NNODES and PADDLE_JOB_ID. Only for flags
   // still absent, after the PET_ ones.
   for (const std::string& a : launcher) given.insert(flag_name(a));
-  auto paddle = [&](const char* name) -> std::optional<std::string> {
-    auto v = env::lookup(env, name);
-    if (!v || v->empty()) return std::nullopt;
-    used.push_back(std::string(name) + "=" + *v);
-    return v;
-  };
+  const auto& paddle = variable;
   const bool nodes_given = any_given({"cluster_node_ips", "ips", "node_ip", "master", "master_addr",
                                       "master_port", "rdzv_endpoint", "standalone"});
   if (!nodes_given) {
@@ -977,7 +977,6 @@ LaunchOptions parse_options(int argc, const char* const argv[], const env::EnvMa
       bad_value("run_mode", v, "expected collective or ps (ps-heter and rpc are not supported)");
     }
   }
-  o.run_mode = ps_job ? "ps" : "collective";
   if (o.elastic() && ps_job) {
     throw OptionsError("--nnodes=" + std::to_string(*o.min_nnodes) + ":" +
                        std::to_string(*o.nnodes) +

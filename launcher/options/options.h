@@ -118,7 +118,6 @@ struct LaunchOptions {
   bool standalone = false;                  // --standalone (torchrun): one node, its own store
   std::optional<double> monitor_interval;   // --monitor_interval (seconds; torchrun's)
   std::string start_method = "spawn";       // --start_method (torchrun): spawn|fork|forkserver
-  std::string run_mode = "collective";      // --run_mode (Paddle 2.x): collective|ps
   bool log_overwrite = true;                // --log_overwrite[=false]: append to the logs if false
   // --selected_gpus as typed, before it is made relative to CUDA_VISIBLE_DEVICES (Paddle 1.8).
   std::vector<int> selected_gpus_given;
@@ -138,6 +137,8 @@ struct LaunchOptions {
   bool elastic() const { return min_nnodes && nnodes && *min_nnodes < *nnodes; }
   // True for a parameter-server job (--server_num or --servers).
   bool ps_job() const { return server_num > 0; }
+  // Paddle 2.x's --run_mode for this job: "ps" for a parameter-server job, else "collective".
+  std::string run_mode() const { return ps_job() ? "ps" : "collective"; }
   // True when --servers/--workers name the endpoints.
   bool explicit_endpoints() const { return !servers.empty(); }
   // The grace of servers after the trainers: --server_grace, else kill_timeout.

@@ -5,6 +5,9 @@
 
 namespace ddl::launcher {
 
+// launch's own exit code for a bad command line or plan (a worker's 2 is passed on as it is).
+inline constexpr int kExitUsage = 2;
+
 // "SIGTERM", "SIGKILL", ... ("signal 42" for others).
 std::string signal_name(int signo);
 

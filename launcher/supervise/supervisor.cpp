@@ -34,6 +34,7 @@
 
 #include "launcher/diagnose/stacks.h"
 #include "launcher/report/run_report.h"
+#include "launcher/supervise/exit_status.h"
 #include "launcher/supervise/error_file.h"
 #include "launcher/supervise/group_stop.h"
 #include "launcher/supervise/watchdog.h"
@@ -45,9 +46,6 @@ namespace bp = boost::process;
 namespace fs = std::filesystem;
 
 namespace {
-
-// launch's exit code for a bad command line (launcher/job/job.h's kExitUsage).
-constexpr int kUsageExitCode = 2;
 
 // After the last process is reaped, how long to wait for its output pipe to reach EOF (a
 // grandchild outside the process group may hold it open).
@@ -855,7 +853,7 @@ class Supervisor {
       out.failed_rank = rank_of(w);
       out.failed_process = w.name;
       // launch's own code 2 means a bad command line: say when a worker's 2 is passed on.
-      const std::string passed_on = out.exit_code == kUsageExitCode
+      const std::string passed_on = out.exit_code == kExitUsage
                                         ? " (" + w.name + "'s own exit code, passed on)"
                                         : std::string();
       spdlog::error("job failed{}: {} (pid {}) {}; launcher exit code {}{}{}", after, w.name,

@@ -644,7 +644,7 @@ TEST(CommandLines, PaddleSpellings) {
   EXPECT_EQ(o.max_restarts, 2);
   EXPECT_EQ(o.node_ip, "127.0.0.1");
   o = parse({"--run_mode=ps", "--server_num=1", "--worker_num=1", "train"});
-  EXPECT_EQ(o.run_mode, "ps");
+  EXPECT_EQ(o.run_mode(), "ps");
   EXPECT_NE(error_of({"--run_mode=ps", "w"}).find("needs --server_num or --servers"),
             std::string::npos);
   EXPECT_NE(error_of({"--run_mode=rpc", "w"}).find("expected collective or ps"), std::string::npos);
