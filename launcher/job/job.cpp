@@ -226,7 +226,8 @@ int run_job(const LaunchOptions& options, const JobContext& context) {
   }
   std::ostream& config_out = context.config_out ? *context.config_out : std::cout;
   const WorkerCommand command = worker_command(
-      WorkerChoice{options.worker, options.module, options.no_python, options.python},
+      WorkerChoice{options.worker, options.module, options.no_python, options.run_path,
+                   options.python},
       context.launcher_dir, caller_env);
   const std::string& executable = command.executable;
   if (command.python) {

@@ -32,14 +32,30 @@ const std::set<std::string>& value_flags() {
       "server_grace",  "rdzv_conf",    "devices",        "master",       "rank",
       "job_id",        "rdzv_id",      "role",           "rdzv_endpoint", "rdzv_backend",
       "python",        "tee",          "redirects",      "local_ranks_filter", "monitor_interval",
-      "start_method",  "run_mode"};
+      "start_method",  "run_mode",     "local_addr",     "event_log_handler",
+      "signals_to_handle"};
   return flags;
 }
 
 const std::set<std::string>& switch_flags() {
   static const std::set<std::string> flags = {"quiet",  "print_config", "report",    "help",
                                               "h",      "version",      "module",    "no_python",
-                                              "standalone", "log_overwrite"};
+                                              "standalone", "log_overwrite", "run_path"};
+  return flags;
+}
+
+// Flags of today's torchrun that launch does not carry out, with why; one line and exit 2 rather
+// than a job that silently runs differently.
+const std::map<std::string, std::string>& refused_flags() {
+  static const std::map<std::string, std::string> flags = {
+      {"logs_specs",
+       "a Python entry point of torchrun's logging; launch writes LOG_DIR/workerlog.N itself"},
+      {"numa_binding", "CPU binding near GPUs is not done by launch; bind with numactl in WORKER"},
+      {"duplicate_stdout_filters",
+       "not supported: a rank's stdout and stderr share one log here (filter LOG_DIR/workerlog.N)"},
+      {"duplicate_stderr_filters",
+       "not supported: a rank's stdout and stderr share one log here (filter LOG_DIR/workerlog.N)"},
+      {"virtual_local_rank", "not supported: LOCAL_RANK is the worker's index on its node"}};
   return flags;
 }
 
@@ -58,7 +74,8 @@ bool is_boolean_word(std::string v) {
 // Other launchers' names for our flags: Paddle 2.x's --start_port, --max_restart and --host.
 const std::map<std::string, std::string>& flag_aliases() {
   static const std::map<std::string, std::string> aliases = {
-      {"start_port", "started_port"}, {"max_restart", "max_restarts"}, {"host", "node_ip"}};
+      {"start_port", "started_port"}, {"max_restart", "max_restarts"}, {"host", "node_ip"},
+      {"shutdown_timeout", "kill_timeout"}};
   return aliases;
 }
 
@@ -283,6 +300,9 @@ SplitArgs split_argv(int argc, const char* const argv[]) {
     if (auto alias = flag_aliases().find(name); alias != flag_aliases().end()) {
       name = alias->second;
     }
+    if (auto refused = refused_flags().find(name); refused != refused_flags().end()) {
+      throw OptionsError("--" + name + " (torchrun's): " + refused->second);
+    }
     const bool takes_value = value_flags().count(name) > 0;
     if (!takes_value && switch_flags().count(name) == 0) {
       throw OptionsError("unknown option '" + a + "' (see launch --help)");
@@ -378,7 +398,8 @@ void add_environment_defaults(std::vector<std::string>& launcher, const env::Env
   if (!any_given({"nproc_per_node", "selected_gpus", "gpus", "devices"})) {
     add("nproc_per_node", pet("nproc_per_node"));
   }
-  for (const char* flag : {"max_restarts", "rdzv_id", "rdzv_conf", "rdzv_backend", "role", "log_dir"}) {
+  for (const char* flag :
+       {"max_restarts", "rdzv_id", "rdzv_conf", "rdzv_backend", "role", "log_dir", "local_addr"}) {
     if (!any_given({flag})) add(flag, pet(flag));
   }
 
@@ -428,7 +449,10 @@ cxxopts::Options make_cxxopts() {
       "addresses (IPv4 or host names) of all nodes; ranks are node-major in this order "
       "(default 127.0.0.1, or Slurm's node list inside an allocation)",
       text(), "ip1,ip2,...")("ips", "alias of --cluster_node_ips", text(), "ip1,ip2,...")(
-      "node_ip", "this node's address, one of --cluster_node_ips (default 127.0.0.1; Paddle 2.x: --host)", text(),
+      "node_ip",
+      "this node's address, one of --cluster_node_ips (default 127.0.0.1; Paddle 2.x: --host, "
+      "torchrun: --local_addr)",
+      text(),
       "IP")("nnodes",
            "torchrun spelling: number of nodes (use with --node_rank, --master_addr); MIN:MAX "
            "for an elastic job that runs on any number of nodes in between",
@@ -448,7 +472,8 @@ cxxopts::Options make_cxxopts() {
       cxxopts::value<std::string>()->default_value("true")->implicit_value("true"),
       "BOOL")("log_level", "debug|info|warn|error or 10|20|30|40 (also passed to workers)", text(),
               "LEVEL")("kill_timeout",
-                       "seconds between SIGTERM and SIGKILL when stopping workers (default 10)",
+                       "seconds between SIGTERM and SIGKILL when stopping workers (default 10; "
+                       "torchrun: --shutdown_timeout)",
                        text(), "S")(
       "rendezvous_timeout", "seconds the workers may take to find each other (default 300)", text(),
       "S")("max_restarts",
@@ -501,6 +526,15 @@ cxxopts::Options make_cxxopts() {
       "run WORKER as a Python module: PYTHON -u -m WORKER (torchrun's -m)")(
       "no_python",
       "run WORKER itself even when it ends in .py (torchrun's --no_python)")(
+      "run_path",
+      "torchrun: run WORKER as a Python script whatever its name (PYTHON -u WORKER); wins over "
+      "--no_python")(
+      "local_addr", "torchrun: this node's address (the same as --node_ip)", text(), "HOST")(
+      "event_log_handler", "torchrun: only 'null' (launch has no event handlers)", text(),
+      "NAME")("signals_to_handle",
+              "torchrun: only its default SIGTERM,SIGINT,SIGHUP,SIGQUIT, which launch always "
+              "forwards (SIGUSR1 dumps stacks)",
+              text(), "LIST")(
       "python",
       "the interpreter for .py scripts and -m (default: python3 on PATH); scripts run as "
       "PYTHON -u SCRIPT, as torchrun and Paddle run them",
@@ -528,7 +562,7 @@ cxxopts::Options make_cxxopts() {
       "--servers)",
       text(), "MODE")(
       "log_overwrite",
-      "Paddle 2.x: truncate the logs at job start (default true); false appends to them",
+      "Paddle 2.x: truncate the logs at job start; false appends to them",
       cxxopts::value<std::string>()->default_value("true")->implicit_value("true"), "BOOL")(
       "h,help", "print this help")("version", "print the version");
   return o;
@@ -729,6 +763,16 @@ LaunchOptions parse_options(int argc, const char* const argv[], const env::EnvMa
     const std::string ip = r["node_ip"].as<std::string>();
     o.node_ip = check_ip("node_ip", ip, ip);
     o.node_ip_given = true;
+  }
+  if (r.count("local_addr")) {
+    const std::string ip = r["local_addr"].as<std::string>();
+    if (o.node_ip_given && ip != o.node_ip) {
+      bad_value("local_addr", ip, "--node_ip='" + o.node_ip + "' names this node already");
+    }
+    o.node_ip = check_ip("local_addr", ip, ip);
+    o.node_ip_given = true;
+    // torchrun's flag names this node only; a single-node job is then that one address.
+    if (!o.cluster_node_ips_given) o.cluster_node_ips = {ip};
   }
   if (r.count("nnodes")) {
     const std::string v = r["nnodes"].as<std::string>();
@@ -932,7 +976,26 @@ LaunchOptions parse_options(int argc, const char* const argv[], const env::EnvMa
 
   // How WORKER is run, and what the console shows.
   o.module = r.count("module") > 0;
-  o.no_python = r.count("no_python") > 0;
+  o.run_path = r.count("run_path") > 0;
+  // torchrun: --run_path takes precedence over --no_python.
+  o.no_python = r.count("no_python") > 0 && !o.run_path;
+  if (o.module && o.run_path) {
+    throw OptionsError("--module and --run_path were both given: WORKER is a module or a script");
+  }
+  if (r.count("signals_to_handle")) {
+    const std::string v = r["signals_to_handle"].as<std::string>();
+    const std::set<std::string> forwarded = {"SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT"};
+    const auto parts = split_commas(v);
+    if (std::set<std::string>(parts.begin(), parts.end()) != forwarded) {
+      bad_value("signals_to_handle", v,
+                "launch always forwards SIGTERM,SIGINT,SIGHUP,SIGQUIT (torchrun's default) and "
+                "dumps stacks on SIGUSR1; other sets are not supported");
+    }
+  }
+  if (r.count("event_log_handler") && r["event_log_handler"].as<std::string>() != "null") {
+    bad_value("event_log_handler", r["event_log_handler"].as<std::string>(),
+              "only 'null': launch has no event log handlers (its run report is --report)");
+  }
   if (o.module && o.no_python) {
     throw OptionsError("--module and --no_python were both given: a module needs the interpreter");
   }

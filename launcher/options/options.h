@@ -109,6 +109,7 @@ struct LaunchOptions {
   // WORKER itself whatever its name. --python names the interpreter (default: python3 on PATH).
   bool module = false;     // -m / --module
   bool no_python = false;  // --no_python / --no-python
+  bool run_path = false;   // --run_path: WORKER is a Python script whatever its name
   std::optional<std::string> python;  // --python=PROGRAM
   // The launcher's console (see LocalRanks): which local ranks' lines it shows. Unset: local
   // rank 0 of this node with --log_dir, every rank without.

@@ -135,6 +135,7 @@ class Supervisor {
         console_(STDOUT_FILENO),
         generation_(options.first_generation) {
     signals_.add(SIGHUP);
+    signals_.add(SIGQUIT);  // torchrun forwards it too
     signals_.add(SIGUSR1);
   }
 

@@ -61,7 +61,8 @@ std::string find_worker(const std::string& worker, const std::string& launcher_d
 WorkerCommand worker_command(const WorkerChoice& choice, const std::string& launcher_dir,
                              const env::EnvMap& env) {
   const std::string& w = choice.worker;
-  const bool script = w.size() > 3 && w.compare(w.size() - 3, 3, ".py") == 0;
+  const bool script =
+      choice.run_path || (w.size() > 3 && w.compare(w.size() - 3, 3, ".py") == 0);
   if (choice.no_python || (!choice.module && !script)) {
     return WorkerCommand{find_worker(w, launcher_dir, env), {}, false};
   }

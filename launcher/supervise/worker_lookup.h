@@ -29,6 +29,7 @@ struct WorkerChoice {
   std::string worker;                 // as typed
   bool module = false;                // -m: WORKER names a Python module
   bool no_python = false;             // --no_python: run WORKER itself, whatever its name
+  bool run_path = false;              // --run_path: WORKER is a script, whatever its name
   std::optional<std::string> python;  // --python; default "python3"
 };
 

@@ -188,7 +188,8 @@ TEST_P(LaunchSignal, ForwardedAndNothingLeft) {
   expect_nothing_left(pids);
 }
 
-INSTANTIATE_TEST_SUITE_P(Launcher, LaunchSignal, ::testing::Values(SIGINT, SIGTERM, SIGHUP));
+INSTANTIATE_TEST_SUITE_P(Launcher, LaunchSignal,
+                         ::testing::Values(SIGINT, SIGTERM, SIGHUP, SIGQUIT));
 
 TEST(Launch, SecondSigintKillsAtOnce) {
   TempDir tmp;

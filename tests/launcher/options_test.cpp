@@ -624,6 +624,38 @@ TEST(CommandLines, TorchrunConsoleAndMonitorFlags) {
             std::string::npos);
 }
 
+// The rest of today's torchrun (torch/distributed/run.py): what launch does the same way is
+// accepted, and each flag it does not carry out is one line naming the flag and why.
+TEST(CommandLines, TodaysTorchrunFlags) {
+  LaunchOptions o = parse({"--local-addr=10.0.0.5", "--shutdown-timeout=3", "--run-path",
+                           "--no-python", "--event_log_handler=null",
+                           "--signals_to_handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT", "train"});
+  EXPECT_EQ(o.node_ip, "10.0.0.5");
+  EXPECT_EQ(o.cluster_node_ips, (std::vector<std::string>{"10.0.0.5"}));
+  EXPECT_EQ(o.kill_timeout, std::chrono::milliseconds(3000));
+  EXPECT_TRUE(o.run_path);
+  EXPECT_FALSE(o.no_python) << "torchrun: --run_path takes precedence over --no_python";
+  o = parse({"--nnodes=2", "--node_rank=1", "--master_addr=10.0.0.1", "--local_addr=10.0.0.2",
+             "train"});
+  EXPECT_EQ(o.node_ip, "10.0.0.2");
+  EXPECT_EQ(parse_with({"train"}, {{"PET_LOCAL_ADDR", "10.0.0.7"}}).node_ip, "10.0.0.7");
+  EXPECT_NE(error_of({"--node_ip=10.0.0.1", "--local_addr=10.0.0.2", "w"})
+                .find("--node_ip='10.0.0.1' names this node already"),
+            std::string::npos);
+  EXPECT_NE(error_of({"-m", "--run_path", "w"}).find("--module and --run_path"), std::string::npos);
+  EXPECT_NE(error_of({"--event_log_handler=console", "w"}).find("only 'null'"), std::string::npos);
+  EXPECT_NE(error_of({"--signals_to_handle=SIGTERM,SIGUSR1", "w"}).find("always forwards"),
+            std::string::npos);
+  for (const std::string flag : {"--logs-specs=x", "--numa_binding=node",
+                                 "--duplicate_stdout_filters=a", "--duplicate-stderr-filters=b",
+                                 "--virtual-local-rank"}) {
+    std::string name = flag.substr(2, flag.find('=') - 2);
+    std::replace(name.begin(), name.end(), '-', '_');
+    EXPECT_EQ(error_of({flag, "w"}).rfind("--" + name + " (torchrun's): ", 0), 0u)
+        << flag << ": " << error_of({flag, "w"});
+  }
+}
+
 TEST(CommandLines, StandaloneIsOneNode) {
   const LaunchOptions o = parse({"--standalone", "--nnodes=1", "--nproc-per-node=2", "train"});
   EXPECT_TRUE(o.standalone);

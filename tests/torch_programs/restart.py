@@ -23,6 +23,7 @@ def main():
         json.dump({"rank": rank, "world_size": dist.get_world_size(), "all_reduce": t.item(),
                    "restart_count": attempt,
                    "max_restarts": os.environ.get("TORCHELASTIC_MAX_RESTARTS"),
+                   "master_addr": os.environ["MASTER_ADDR"],
                    "master_port": os.environ["MASTER_PORT"]}, f)
     if attempt == "0" and rank == 1:
         raise RuntimeError("rank 1 fails in the first attempt")

@@ -3,7 +3,10 @@
 // DDP training on gloo gives the same parameters, a failing rank is named with its exception, the
 // environment a library sees is torchrun's, and a restarted group can init_process_group again.
 // Skipped when /usr/bin/python3 cannot import torch.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -229,6 +232,75 @@ TEST_F(TorchPrograms, DdpTrainingEndsWithTorchrunsParameters) {
   EXPECT_EQ(a["param_sha256"], b["param_sha256"]) << "final parameters differ from torchrun's";
   EXPECT_EQ(a["final_loss"], b["final_loss"]);
   EXPECT_EQ(a["initial_loss"], b["initial_loss"]);
+}
+
+// The command line a torchrun user types, unchanged: `launch --standalone --nproc-per-node=2
+// ddp_train.py OUT` runs the script with the python3 first on PATH (here Debian's, as a user who
+// installed python3-torch has it), and ends with the parameters torchrun's run ends with.
+TEST_F(TorchPrograms, TorchrunsCommandLineRunsUnchanged) {
+  Env env = clean_environment({{"OMP_NUM_THREADS", "1"}});
+  env["PATH"] = "/usr/bin:" + env["PATH"];
+  const fs::path ours = dir("launch"), theirs = dir("torchrun");
+  // Debian's torchrun 1.13 knows only the underscore spellings; today's documents the dashes.
+  const std::vector<std::string> common = {"--nproc_per_node=2"};
+
+  std::vector<std::string> argv = {kLaunch, "--standalone", "--nproc-per-node=2",
+                                   program("ddp_train.py"), (ours / "result.json").string()};
+  const Outcome l = run(ours, "launch", argv, env);
+  ASSERT_EQ(l.code, 0) << describe(l);
+  const Outcome t = torchrun(theirs, common, "ddp_train.py", {(theirs / "result.json").string()}, env);
+  ASSERT_EQ(t.code, 0) << describe(t);
+  const json a = read_json(ours / "result.json"), b = read_json(theirs / "result.json");
+  ASSERT_TRUE(a.is_object()) << describe(l);
+  ASSERT_TRUE(b.is_object()) << describe(t);
+  EXPECT_EQ(a["world_size"], 2);
+  EXPECT_EQ(a["param_sha256"], b["param_sha256"]) << a.dump() << "\n" << b.dump();
+}
+
+// --master-addr/--master-port reach the script as MASTER_ADDR/MASTER_PORT exactly as given, and
+// init_process_group("env://") forms the group on them (under torchrun, too).
+TEST_F(TorchPrograms, MasterAddrAndPortAsGivenFormTheGroup) {
+  Env env = clean_environment({{"OMP_NUM_THREADS", "1"}});
+  env["PATH"] = "/usr/bin:" + env["PATH"];
+  const fs::path ours = dir("launch"), theirs = dir("torchrun_static");
+  // A port free a moment ago: bind port 0 and read it back.
+  int port = 0;
+  {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+    port = ntohs(a.sin_port);
+    ::close(fd);
+  }
+  const std::vector<std::string> flags = {"--nproc_per_node=2", "--master_addr=localhost",
+                                          "--master_port=" + std::to_string(port)};
+  std::vector<std::string> argv = {kLaunch, "--nproc-per-node=2", "--master-addr=localhost",
+                                   "--master-port=" + std::to_string(port)};
+  argv.insert(argv.end(), {program("restart.py"), ours.string()});
+  const Outcome l = run(ours, "launch", argv, env);
+  ASSERT_EQ(l.code, 1) << "restart.py fails rank 1 in attempt 0 (no restarts asked)\n" << describe(l);
+  const json j = read_json(ours / "attempt0.rank0.json");
+  ASSERT_TRUE(j.is_object()) << "rank 0 did not finish its all-reduce\n" << describe(l);
+  EXPECT_EQ(j["all_reduce"], 3.0);
+  EXPECT_EQ(j["master_port"], std::to_string(port)) << "MASTER_PORT as given";
+  EXPECT_EQ(j.value("master_addr", ""), "localhost") << "MASTER_ADDR as given";
+
+  // torchrun with the same flags (1.13's underscore spellings; static rendezvous on that address)
+  // gives the script the same.
+  argv = {kPython, "-m", "torch.distributed.run", "--monitor_interval", "0.1", "--redirects",
+          "9:0", "--tee", "9:0"};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  argv.insert(argv.end(), {program("restart.py"), theirs.string()});
+  const Outcome t = run(theirs, "torchrun", argv, env);
+  EXPECT_EQ(t.code, l.code) << describe(t);
+  const json k = read_json(theirs / "attempt0.rank0.json");
+  ASSERT_TRUE(k.is_object()) << describe(t);
+  EXPECT_EQ(k["master_port"], j["master_port"]);
+  EXPECT_EQ(k["master_addr"], j["master_addr"]);
 }
 
 // ---- 2. A failing rank -------------------------------------------------------------------------
