@@ -71,11 +71,12 @@ bool is_boolean_word(std::string v) {
   return v == "true" || v == "false" || v == "0" || v == "1";
 }
 
-// Other launchers' names for our flags: Paddle 2.x's --start_port, --max_restart and --host.
+// Other launchers' names for our flags: Paddle 2.x's --start_port, --max_restart, --host,
+// --trainers and --trainer_num; torchrun's --shutdown_timeout.
 const std::map<std::string, std::string>& flag_aliases() {
   static const std::map<std::string, std::string> aliases = {
       {"start_port", "started_port"}, {"max_restart", "max_restarts"}, {"host", "node_ip"},
-      {"shutdown_timeout", "kill_timeout"}};
+      {"shutdown_timeout", "kill_timeout"}, {"trainers", "workers"}, {"trainer_num", "worker_num"}};
   return aliases;
 }
 

@@ -677,6 +677,10 @@ TEST(CommandLines, PaddleSpellings) {
   EXPECT_EQ(o.node_ip, "127.0.0.1");
   o = parse({"--run_mode=ps", "--server_num=1", "--worker_num=1", "train"});
   EXPECT_EQ(o.run_mode(), "ps");
+  o = parse({"--server_num=1", "--trainer_num=3", "train"});
+  EXPECT_EQ(o.worker_num, 3) << "Paddle 2.x's --trainer_num is --worker_num";
+  o = parse({"--servers=127.0.0.1:6170", "--trainers=127.0.0.1:6171,127.0.0.1:6172", "train"});
+  EXPECT_EQ(o.workers.size(), 2u) << "Paddle 2.x's --trainers is --workers";
   EXPECT_NE(error_of({"--run_mode=ps", "w"}).find("needs --server_num or --servers"),
             std::string::npos);
   EXPECT_NE(error_of({"--run_mode=rpc", "w"}).find("expected collective or ps"), std::string::npos);
