@@ -1,5 +1,5 @@
-"""Runs the side-by-side benchmarks (start-up, all-reduce, training, model parallel, parameter server,
-run report) and prints one table.
+"""Runs the side-by-side benchmarks (start-up, first step, all-reduce, training, model parallel,
+parameter server, run report) and prints one table.
 
 Called by bench/run_all.sh (see there, and docs/PERFORMANCE.md). Ours and the reference run in the
 same invocation, interleaved (the order alternates every repetition), with the same
@@ -292,6 +292,72 @@ def bench_training(sides, ranks_list, reps, epochs, max_steps, seed):
     return rows
 
 
+FIRST_STEP_LINE = re.compile(r"epoch: 0, batch: 0, loss is: \[")
+
+
+def first_step_timed(cmd, env, log_path, ranks, timeout_s):
+    """Runs `cmd` with its output in a pipe, every line stamped as it arrives; returns (seconds
+    until the last of `ranks` first-step progress lines, seconds until exit)."""
+    seen = []
+    start = time.perf_counter()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            for raw in proc.stdout:
+                line = raw.decode(errors="replace")
+                log.write(line)
+                # torchrun's workers share the pipe unprefixed: two ranks' lines can land in one.
+                seen += [time.perf_counter() - start] * len(FIRST_STEP_LINE.findall(line))
+                if time.perf_counter() - start > timeout_s:
+                    proc.kill()
+                    raise RunFailed(f"{' '.join(cmd)}: no exit after {timeout_s} s (log {log_path})")
+            code = proc.wait(timeout=timeout_s)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        wall = time.perf_counter() - start
+    if code != 0:
+        raise RunFailed(f"{' '.join(cmd)}: exit code {code} (log {log_path})")
+    if len(seen) != ranks:
+        raise RunFailed(f"{' '.join(cmd)}: {len(seen)} first-step lines, expected {ranks} (log {log_path})")
+    return max(seen), wall
+
+
+def bench_first_step(sides, ranks, reps, seed):
+    """The real trainer's first step: from the launcher's start until every rank has finished its
+    first optimizer step (its `epoch: 0, batch: 0, loss is: [L]` line, printed after the step's
+    all-reduce and update), and until the job has exited (--max_steps 1, then the test-set pass).
+    Both sides print every rank to the launcher's stdout (launch without --log_dir, torchrun
+    without redirects), read line by line here."""
+    common = ["--epochs", "1", "--batch_size", "100", "--lr", "0.01", "--optimizer", "sgd",
+              "--seed", str(seed), "--data_dir", sides.data, "--max_steps", "1"]
+    runs = {"ours": [], "ref": []}
+    for rep in range(reps):
+        order = ("ours", "ref") if rep % 2 == 0 else ("ref", "ours")
+        for side in order:
+            if side == "ours":
+                cmd = [os.path.join(sides.bin, "launch"), f"--nproc_per_node={ranks}",
+                       "--print_config=false", "train_mnist", *common, "--save", ""]
+            else:
+                cmd = sides.torchrun(ranks, "ref_train_ddp.py", *common)
+            first, wall = first_step_timed(cmd, env_for(ranks), sides.log(f"first-step-{side}"),
+                                           ranks, 300)
+            runs[side].append({"first_step_s": first, "wall_s": wall})
+        print(f"# first step {ranks} ranks, rep {rep + 1}/{reps}: ours "
+              f"{runs['ours'][-1]['first_step_s']:.3f} s (exit {runs['ours'][-1]['wall_s']:.3f} s), "
+              f"torchrun+DDP {runs['ref'][-1]['first_step_s']:.3f} s "
+              f"(exit {runs['ref'][-1]['wall_s']:.3f} s) (load {load1():.2f})", flush=True)
+    row = {"ranks": ranks, "threads": threads_for(ranks), "runs": runs}
+    for side in ("ours", "ref"):
+        for key in ("first_step_s", "wall_s"):
+            row[f"{side}_{key}"] = statistics.median(r[key] for r in runs[side])
+    for key in ("first_step_s", "wall_s"):
+        row[f"paired_{key}_ratio"] = statistics.median(
+            r[key] / o[key] for o, r in zip(runs["ours"], runs["ref"]))
+    return row
+
+
 def mp_summaries(text):
     return [r for r in json_lines(text) if "images_per_sec" in r and "micro_batches" in r]
 
@@ -479,7 +545,8 @@ def table(result):
     out.append(f"Versions: torch {v['torch']} (Python {v['python']}), libtorch {v['libtorch']}, "
                f"gloo {v['gloo']}, ddlaunch {v['ddlaunch']}")
     out.append(f"Run: {result['when']}, mode {result['mode']}, medians of "
-               f"{result['reps']['startup']} (start-up), {result['reps']['allreduce']} (all-reduce), "
+               f"{result['reps']['startup']} (start-up), {result['reps'].get('first_step', 0)} (first step), "
+               f"{result['reps']['allreduce']} (all-reduce), "
                f"{result['reps']['training']} (training), {result['reps']['model_parallel']} (model parallel), "
                f"{result['reps']['ps']} (parameter server), {result['reps'].get('report', 0)} (run report) "
                f"runs; OMP_NUM_THREADS = cores / ranks on both sides")
@@ -498,6 +565,17 @@ def table(result):
             f = result["process_floor"]
             out.append(f"| one process loading its libraries: startup_worker_torch alone vs python3 -c 'import torch' "
                        f"| 1 | {f['ours_s']:.3f} s | {f['ref_s']:.3f} s | {f['ref_s'] / f['ours_s']:.1f}x | |")
+    if "first_step" in result:
+        r = result["first_step"]
+        out.append("")
+        out.append(f"First step of the real trainer: train_mnist vs ref_train_ddp.py (PyTorch DDP), "
+                   f"{r['ranks']} ranks ({r['threads']} threads each), --max_steps 1; launcher invoked -> "
+                   f"every rank's first optimizer step done, and -> all exited")
+        out.append("| | ours (launch) | torchrun + DDP | speed-up | paired speed-up |")
+        out.append("|---|---:|---:|---:|---:|")
+        for key, what in (("first_step_s", "first step done on every rank"), ("wall_s", "job exited")):
+            out.append(f"| {what} | {r['ours_' + key]:.3f} s | {r['ref_' + key]:.3f} s | "
+                       f"{r['ref_' + key] / r['ours_' + key]:.1f}x | {r['paired_' + key + '_ratio']:.1f}x |")
     if "allreduce" in result:
         out.append("")
         out.append("All-reduce, 2 ranks, float32, median latency (algorithm bandwidth)")
@@ -601,8 +679,8 @@ def flops_per_image():
 
 # --- main ---------------------------------------------------------------------------------------
 
-DEFAULT_ONLY = "startup,allreduce,training,model_parallel,ps,report"
-BENCHMARKS = ("startup", "allreduce", "training", "model_parallel", "ps", "report")
+DEFAULT_ONLY = "startup,first_step,allreduce,training,model_parallel,ps,report"
+BENCHMARKS = ("startup", "first_step", "allreduce", "training", "model_parallel", "ps", "report")
 
 
 def main():
@@ -611,9 +689,11 @@ def main():
     p.add_argument("--build_dir", default=os.environ.get("DDL_BUILD_DIR", os.path.join(REPO, "build")))
     p.add_argument("--data_dir", default=os.path.join(REPO, "data", "mnist"))
     p.add_argument("--only", default=DEFAULT_ONLY,
-                   help="comma list of benchmarks to run (startup, allreduce, training, model_parallel, ps: "
+                   help="comma list of benchmarks to run (startup, first_step: the real trainer's first "
+                        "step, allreduce, training, model_parallel, ps: "
                         "parameter server, ~1 min; report: the run report's cost, ~2 min)")
     p.add_argument("--startup_reps", type=int, default=5)
+    p.add_argument("--first_step_reps", type=int, default=5)
     p.add_argument("--allreduce_reps", type=int, default=3)
     p.add_argument("--train_reps", type=int, default=3)
     p.add_argument("--mp_reps", type=int, default=1, help="repetitions of the model-parallel benchmark")
@@ -640,6 +720,7 @@ def main():
     if unknown:
         sys.exit(f"run_all: --only: unknown benchmark(s) {', '.join(sorted(unknown))}")
     needed = {"startup": ["launch", "startup_worker", "startup_worker_torch"],
+              "first_step": ["launch", "train_mnist"],
               "allreduce": ["launch", "allreduce_bench"],
               "training": ["launch", "train_mnist"],
               "model_parallel": ["launch", "train_model_parallel"],
@@ -664,6 +745,7 @@ def main():
     sides = Sides(args.build_dir, work, args.data_dir)
     quick = args.quick
     reps = {"startup": 1 if quick else args.startup_reps,
+            "first_step": 1 if quick else args.first_step_reps,
             "allreduce": 1 if quick else args.allreduce_reps,
             "training": 1 if quick else args.train_reps,
             "model_parallel": 1 if quick else args.mp_reps,
@@ -690,6 +772,8 @@ def main():
             ranks = [int(x) for x in args.startup_ranks.split(",")]
             result["startup"] = bench_startup(sides, ranks, reps["startup"], launcher_only=True)
             result["process_floor"] = bench_process_floor(sides, reps["startup"])
+        if "first_step" in only:
+            result["first_step"] = bench_first_step(sides, 2, reps["first_step"], args.seed)
         if "allreduce" in only:
             result["allreduce"] = bench_allreduce(sides, reps["allreduce"],
                                                   (4 << 20) if quick else (64 << 20))

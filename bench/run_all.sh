@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One command for the side-by-side benchmarks of docs/PERFORMANCE.md: start-up (launch vs
-# torchrun), all-reduce (our Gloo communicator vs torch.distributed on Gloo), MNIST training
-# (train_mnist vs PyTorch DDP), model parallel, parameter server, and the run report's cost
+# torchrun), the real trainer's first step (train_mnist vs DDP under torchrun), all-reduce (our
+# Gloo communicator vs torch.distributed on Gloo), MNIST training (train_mnist vs PyTorch DDP), model parallel, parameter server, and the run report's cost
 # (launch --report=true vs --report=false), ours and the reference interleaved in the same run,
 # medians, one table with ratios.
 #

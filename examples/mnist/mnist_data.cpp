@@ -1,7 +1,10 @@
 #include "examples/mnist/mnist_data.h"
 
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstdio>
@@ -40,20 +43,28 @@ std::vector<std::uint8_t> read_file(const std::string& path) {
     throw DataError(DataErrorKind::kMissingFile, path,
                     std::string("cannot open: ") + std::strerror(errno));
   }
-  std::vector<std::uint8_t> bytes;
-  std::array<std::uint8_t, 1 << 16> chunk;
+  // One read into a buffer of the file's size (the training set is 47 MB: growing a vector
+  // chunk by chunk would copy it several times); a file still growing is read to its end.
+  struct stat st {};
+  const std::size_t expected =
+      ::fstat(::fileno(f.get()), &st) == 0 && st.st_size > 0 ? static_cast<std::size_t>(st.st_size)
+                                                             : 0;
+  std::vector<std::uint8_t> bytes(expected + 1);
+  std::size_t used = 0;
   for (;;) {
-    std::size_t n = std::fread(chunk.data(), 1, chunk.size(), f.get());
-    bytes.insert(bytes.end(), chunk.begin(), chunk.begin() + static_cast<std::ptrdiff_t>(n));
-    if (n < chunk.size()) {
+    if (used == bytes.size()) bytes.resize(bytes.size() * 2 + (1 << 16));
+    const std::size_t n = std::fread(bytes.data() + used, 1, bytes.size() - used, f.get());
+    used += n;
+    if (n == 0) {
       if (std::ferror(f.get())) {
         throw DataError(DataErrorKind::kReadFailed, path,
-                        std::string("read failed after ") + std::to_string(bytes.size()) +
+                        std::string("read failed after ") + std::to_string(used) +
                             " bytes: " + std::strerror(errno));
       }
       break;
     }
   }
+  bytes.resize(used);
   return bytes;
 }
 
@@ -119,6 +130,14 @@ torch::Tensor adopt(std::vector<float> values, std::vector<std::int64_t> sizes) 
       owned->data(), sizes, [owned](void*) { delete owned; }, torch::kFloat32);
 }
 
+// The bytes of `owner` from `offset` on as a uint8 tensor of `sizes`, owning the vector (no copy).
+torch::Tensor adopt_bytes(std::vector<std::uint8_t> owner, std::size_t offset,
+                          const std::vector<std::int64_t>& sizes) {
+  auto* owned = new std::vector<std::uint8_t>(std::move(owner));
+  return torch::from_blob(
+      owned->data() + offset, sizes, [owned](void*) { delete owned; }, torch::kUInt8);
+}
+
 torch::Tensor adopt(std::vector<std::int64_t> values) {
   auto* owned = new std::vector<std::int64_t>(std::move(values));
   const auto n = static_cast<std::int64_t>(owned->size());
@@ -167,12 +186,8 @@ void check_payload_size(const std::vector<std::uint8_t>& bytes, const IdxHeader&
   }
 }
 
-// x / 255 * 2 - 1 for every byte value: the Paddle course's normalisation.
-std::array<float, 256> pixel_table() {
-  std::array<float, 256> t{};
-  for (int x = 0; x < 256; ++x) t[x] = static_cast<float>(x) / 255.0f * 2.0f - 1.0f;
-  return t;
-}
+// x / 255 * 2 - 1: the Paddle course's normalisation of a pixel byte.
+inline float pixel_value(std::uint8_t x) { return static_cast<float>(x) / 255.0f * 2.0f - 1.0f; }
 
 // --- The course's mnist.json.gz, parsed as a SAX stream ------------------------------------------
 // Layout: [split, split, split], split = [images, labels], images = [[784 numbers], ...],
@@ -377,7 +392,36 @@ DataError::DataError(DataErrorKind kind, std::string file, const std::string& de
       file_(std::move(file)) {}
 
 Dataset Dataset::to(const torch::Device& device) const {
-  return Dataset{images.to(device), labels.to(device)};
+  Dataset d{images.to(device), labels.to(device), {}};
+  if (images.scalar_type() == torch::kUInt8 && !device.is_cpu()) {
+    d.pixel_values = pixel_table().to(device);
+  }
+  return d;
+}
+
+torch::Tensor pixel_table() {
+  torch::Tensor t = torch::empty({256}, torch::kFloat32);
+  float* v = t.data_ptr<float>();
+  for (int x = 0; x < 256; ++x) v[x] = pixel_value(static_cast<std::uint8_t>(x));
+  return t;
+}
+
+torch::Tensor normalised(const torch::Tensor& images, const torch::Tensor& table) {
+  if (images.scalar_type() != torch::kUInt8) return images;
+  // Looked up, not computed: the same float for a byte as pixel_value() gives (torch divides
+  // by a scalar through its reciprocal on some devices, one ulp off).
+  const torch::Tensor lut = table.defined() && table.device() == images.device()
+                                ? table
+                                : pixel_table().to(images.device());
+  return lut.index_select(0, images.flatten().to(torch::kInt64)).view(images.sizes());
+}
+
+torch::Tensor Dataset::batch(const torch::Tensor& index) const {
+  return normalised(images.index_select(0, index), pixel_values);
+}
+
+torch::Tensor Dataset::rows(std::int64_t start, std::int64_t count) const {
+  return normalised(images.narrow(0, start, count), pixel_values).contiguous();
 }
 
 Dataset Dataset::slice(std::int64_t start, std::int64_t count) const {
@@ -386,16 +430,17 @@ Dataset Dataset::slice(std::int64_t start, std::int64_t count) const {
                             std::to_string(start + count) + ") of a dataset of " +
                             std::to_string(size()) + " samples");
   }
-  return Dataset{images.narrow(0, start, count), labels.narrow(0, start, count)};
+  return Dataset{images.narrow(0, start, count), labels.narrow(0, start, count), pixel_values};
 }
 
 std::vector<std::uint8_t> read_maybe_gzip(const std::string& path) {
   std::vector<std::uint8_t> bytes = read_file(path);
-  return has_gzip_magic(bytes) ? gunzip(bytes, path) : bytes;
+  if (has_gzip_magic(bytes)) return gunzip(bytes, path);
+  return bytes;
 }
 
 Dataset load_idx(const std::string& images_path, const std::string& labels_path) {
-  const std::vector<std::uint8_t> image_bytes = read_maybe_gzip(images_path);
+  std::vector<std::uint8_t> image_bytes = read_maybe_gzip(images_path);
   const IdxHeader ih = read_idx_header(image_bytes, kImagesMagic, images_path);
   const std::int64_t n = ih.dims[0];
   if (ih.dims[1] != kRows || ih.dims[2] != kCols) {
@@ -415,11 +460,6 @@ Dataset load_idx(const std::string& images_path, const std::string& labels_path)
                         images_path + "'), header says " + std::to_string(n_labels));
   }
 
-  static const std::array<float, 256> table = pixel_table();
-  std::vector<float> pixels(static_cast<std::size_t>(n * kPixels));
-  const std::uint8_t* src = image_bytes.data() + ih.header_bytes;
-  for (std::size_t i = 0; i < pixels.size(); ++i) pixels[i] = table[src[i]];
-
   std::vector<std::int64_t> labels(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) {
     const std::uint8_t label = label_bytes[lh.header_bytes + static_cast<std::size_t>(i)];
@@ -430,7 +470,9 @@ Dataset load_idx(const std::string& images_path, const std::string& labels_path)
     }
     labels[static_cast<std::size_t>(i)] = label;
   }
-  return Dataset{adopt(std::move(pixels), {n, 1, kRows, kCols}), adopt(std::move(labels))};
+  // The pixels stay in the file's buffer, after its header: normalised batch by batch.
+  return Dataset{adopt_bytes(std::move(image_bytes), ih.header_bytes, {n, 1, kRows, kCols}),
+                 adopt(std::move(labels)), {}};
 }
 
 MnistData load_idx_dir(const std::string& dir) {

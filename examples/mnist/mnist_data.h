@@ -1,9 +1,11 @@
 // MNIST loaders: the original IDX files (raw or gzip) and the Paddle course's `mnist.json.gz`.
 //
-// Every loader returns the whole split as ONE contiguous float tensor [N, 1, 28, 28] plus an int64
-// label tensor [N]; training gathers batches from it by index (index_select), never per sample.
-// Pixels are in the course's normalisation: IDX bytes x become x / 255 * 2 - 1, so both sources
-// give values in [-1, 1]; the JSON's floats are taken as they are.
+// Every loader returns the whole split as ONE contiguous tensor [N, 1, 28, 28] plus an int64 label
+// tensor [N]; training gathers batches from it by index (batch()), never per sample. Pixels come
+// out of batch()/rows() in the course's normalisation: IDX bytes x become x / 255 * 2 - 1, so both
+// sources give float32 values in [-1, 1]; the JSON's floats are taken as they are. The IDX
+// pixels stay bytes in memory (47 MB for the training set, not 188 MB of floats) and are
+// normalised batch by batch: loading them is one read of each file.
 //
 // Bad data throws DataError naming the file and saying what was expected and what was seen.
 // Gzip is recognised by its magic bytes (1f 8b), not by the file name.
@@ -49,12 +51,21 @@ class DataError : public std::runtime_error {
   std::string file_;
 };
 
-// One split: images [N, 1, 28, 28] float32 (contiguous, CPU), labels [N] int64 (CPU).
+// One split: images [N, 1, 28, 28] (contiguous), labels [N] int64. `images` is either float32,
+// already normalised (the JSON source, or data a test makes), or uint8 pixel bytes as the IDX
+// files hold them; batch() and rows() give float32 either way.
 struct Dataset {
   torch::Tensor images;
   torch::Tensor labels;
+  // For uint8 images off the CPU: the 256 normalised values on their device (to() makes it), so
+  // a batch needs no copy from the host.
+  torch::Tensor pixel_values{};
 
   std::int64_t size() const { return labels.defined() ? labels.size(0) : 0; }
+  // The normalised float32 images of the samples at `index` (int64, on the images' device).
+  torch::Tensor batch(const torch::Tensor& index) const;
+  // The normalised float32 images of samples [start, start + count).
+  torch::Tensor rows(std::int64_t start, std::int64_t count) const;
   // Moves both tensors to `device` (once; the trainer keeps the whole set on the GPU).
   Dataset to(const torch::Device& device) const;
   // Samples [start, start + count) as views (no copy); throws std::out_of_range past the end.
@@ -67,6 +78,14 @@ struct MnistData {
   Dataset test;        // IDX: the 10,000 t10k images; JSON: the course's eval split
   std::string source;  // what was loaded, for log lines
 };
+
+// Float32 pixels of `images`: uint8 bytes x become x / 255 * 2 - 1 (bit for bit the value the
+// scalar expression gives), float32 is returned as it is.
+// `table`, when defined, is pixel_table() on the images' device.
+torch::Tensor normalised(const torch::Tensor& images, const torch::Tensor& table = {});
+
+// The 256 normalised pixel values, float32 on the CPU.
+torch::Tensor pixel_table();
 
 // The bytes of `path`, gunzipped when the file starts with the gzip magic (concatenated members
 // included). Throws DataError (kMissingFile, kReadFailed, kCorruptGzip).

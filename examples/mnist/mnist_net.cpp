@@ -92,7 +92,7 @@ Accuracy evaluate(MnistNet& net, const Dataset& data, std::int64_t batch) {
   const std::int64_t n = data.size();
   for (std::int64_t start = 0; start < n; start += batch) {
     const std::int64_t len = std::min(batch, n - start);
-    const auto predicted = net->forward(data.images.narrow(0, start, len)).argmax(1);
+    const auto predicted = net->forward(data.rows(start, len)).argmax(1);
     correct += predicted.eq(data.labels.narrow(0, start, len)).sum();
   }
   net->train();

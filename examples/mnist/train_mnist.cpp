@@ -631,7 +631,7 @@ int train(const Options& opt) {
     std::int64_t batch_id = first_batch;
     for (; batch_id < static_cast<std::int64_t>(batches.size()) && !out_of_steps(); ++batch_id) {
       const torch::Tensor index = batches[batch_id].to(device);
-      const torch::Tensor images = train_set.images.index_select(0, index);
+      const torch::Tensor images = train_set.batch(index);
       const torch::Tensor labels = train_set.labels.index_select(0, index);
       const torch::Tensor loss = mnist::cross_entropy(model->forward(images), labels);
       replicas->step(loss);

@@ -77,7 +77,7 @@ mnist::Accuracy FeatureSide::evaluate(const mnist::Dataset& test) {
     const std::int64_t n = test.size();
     for (std::int64_t start = 0; start < n; start += kEvalSlice) {
       const std::int64_t rows = std::min(kEvalSlice, n - start);
-      const torch::Tensor features = stage_->forward(test.images.narrow(0, start, rows));
+      const torch::Tensor features = stage_->forward(test.rows(start, rows));
       in_schedule([&] { comm_.send(features, kClassifierRank); },
                   [&] {
                     return "stage 0 (rank 0): sending test features of images " +

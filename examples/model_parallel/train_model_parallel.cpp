@@ -236,7 +236,7 @@ class SingleRole : public Role {
       : net_(std::move(net)), train_(std::move(train)), test_(std::move(test)) {}
   std::optional<torch::Tensor> train_batch(const torch::Tensor& index,
                                            const std::vector<std::int64_t>& sizes) override {
-    return mp::train_batch_single(net_, train_.images.index_select(0, index),
+    return mp::train_batch_single(net_, train_.batch(index),
                                   train_.labels.index_select(0, index), sizes);
   }
   mnist::Accuracy evaluate() override { return mnist::evaluate(net_, test_, mp::kEvalSlice); }
@@ -267,7 +267,7 @@ class FeatureRole : public Role {
       : stage_(stage), side_(stage, comm), train_(std::move(train)), test_(std::move(test)) {}
   std::optional<torch::Tensor> train_batch(const torch::Tensor& index,
                                            const std::vector<std::int64_t>& sizes) override {
-    side_.train_batch(train_.images.index_select(0, index), sizes);
+    side_.train_batch(train_.batch(index), sizes);
     return std::nullopt;
   }
   mnist::Accuracy evaluate() override { return side_.evaluate(test_); }

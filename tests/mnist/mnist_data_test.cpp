@@ -6,6 +6,7 @@
 #include <zlib.h>
 
 #include <cstdint>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -134,19 +135,35 @@ TEST(MnistIdx, RawFilesLoadIntoOneContiguousTensorWithSeedNormalisation) {
   const Dataset d = load_idx(dir.file("img"), dir.file("lbl"));
   ASSERT_EQ(d.size(), 3);
   EXPECT_EQ(d.images.sizes(), (std::vector<std::int64_t>{3, 1, 28, 28}));
-  EXPECT_EQ(d.images.scalar_type(), torch::kFloat32);
+  EXPECT_EQ(d.images.scalar_type(), torch::kUInt8) << "the file's bytes, normalised on use";
   EXPECT_TRUE(d.images.is_contiguous());
   EXPECT_EQ(d.labels.scalar_type(), torch::kInt64);
   EXPECT_EQ(d.labels.sizes(), (std::vector<std::int64_t>{3}));
-  const float* px = d.images.data_ptr<float>();
+  const torch::Tensor all = d.rows(0, 3);
+  EXPECT_EQ(all.scalar_type(), torch::kFloat32);
+  EXPECT_EQ(all.sizes(), (std::vector<std::int64_t>{3, 1, 28, 28}));
+  ASSERT_TRUE(all.is_contiguous());
+  const float* px = all.data_ptr<float>();
+  const std::uint8_t* bytes = d.images.data_ptr<std::uint8_t>();
   for (std::int64_t k = 0; k < 3; ++k) {
-    for (std::int64_t i = 0; i < 784; i += 97) {
-      EXPECT_FLOAT_EQ(px[k * 784 + i], pixel(k, i) / 255.0f * 2.0f - 1.0f) << k << "," << i;
+    for (std::int64_t i = 0; i < 784; ++i) {
+      EXPECT_EQ(bytes[k * 784 + i], pixel(k, i));
+      // Bit for bit the course's expression, not merely close to it.
+      const float expected = static_cast<float>(pixel(k, i)) / 255.0f * 2.0f - 1.0f;
+      ASSERT_EQ(std::memcmp(&px[k * 784 + i], &expected, sizeof(float)), 0) << k << "," << i;
     }
     EXPECT_EQ(d.labels[k].item<std::int64_t>(), (k * 3) % 10);
   }
-  EXPECT_GE(d.images.min().item<float>(), -1.0f);
-  EXPECT_LE(d.images.max().item<float>(), 1.0f);
+  EXPECT_GE(all.min().item<float>(), -1.0f);
+  EXPECT_LE(all.max().item<float>(), 1.0f);
+  // A batch by index gives those samples' rows, in the index's order.
+  const torch::Tensor picked = d.batch(torch::tensor({2, 0}, torch::kInt64));
+  EXPECT_TRUE(torch::equal(picked[0], all[2]));
+  EXPECT_TRUE(torch::equal(picked[1], all[0]));
+  // Float images (the JSON source, a test's data) pass through unchanged.
+  const Dataset floats{all, d.labels};
+  EXPECT_TRUE(torch::equal(floats.rows(0, 3), all));
+  EXPECT_TRUE(torch::equal(floats.batch(torch::tensor({1}, torch::kInt64))[0], all[1]));
 }
 
 TEST(MnistIdx, SliceIsAViewOfConsecutiveSamplesAndChecksItsBounds) {
@@ -172,8 +189,8 @@ TEST(MnistIdx, ExtremePixelsMapToMinusOneAndOne) {
   write_raw(dir.file("img"), img);
   write_raw(dir.file("lbl"), idx_labels(1));
   const Dataset d = load_idx(dir.file("img"), dir.file("lbl"));
-  EXPECT_FLOAT_EQ(d.images.flatten()[0].item<float>(), -1.0f);
-  EXPECT_FLOAT_EQ(d.images.flatten()[1].item<float>(), 1.0f);
+  EXPECT_FLOAT_EQ(d.rows(0, 1).flatten()[0].item<float>(), -1.0f);
+  EXPECT_FLOAT_EQ(d.rows(0, 1).flatten()[1].item<float>(), 1.0f);
 }
 
 TEST(MnistIdx, GzipFilesGiveTheSameTensorsAsRaw) {
@@ -450,9 +467,10 @@ TEST(MnistData, MoveToDeviceKeepsContents) {
   const Dataset d = load_idx(dir.file("img"), dir.file("lbl"));
   const Dataset moved = d.to(torch::kCPU);
   EXPECT_TRUE(torch::equal(moved.images, d.images));
+  EXPECT_TRUE(torch::equal(moved.rows(0, 2), d.rows(0, 2)));
   // Batches are gathered from the one tensor by index.
-  const auto batch = d.images.index_select(0, torch::tensor({1, 0}, torch::kInt64));
-  EXPECT_TRUE(torch::equal(batch[0], d.images[1]));
+  const auto batch = d.batch(torch::tensor({1, 0}, torch::kInt64));
+  EXPECT_TRUE(torch::equal(batch[0], d.rows(1, 1)[0]));
 }
 
 // The fetched real data, when scripts/fetch_mnist.sh has run.
@@ -467,8 +485,10 @@ TEST(MnistRealData, FetchedIdxFolderHasTheOriginalSplits) {
   EXPECT_EQ(data.train.labels[0].item<std::int64_t>(), 5);
   EXPECT_EQ(data.test.labels[0].item<std::int64_t>(), 7);
   EXPECT_EQ(data.train.labels.eq(1).sum().item<std::int64_t>(), 6742);
-  EXPECT_FLOAT_EQ(data.train.images.min().item<float>(), -1.0f);
-  EXPECT_FLOAT_EQ(data.train.images.max().item<float>(), 1.0f);
+  EXPECT_EQ(data.train.images.min().item<int>(), 0);
+  EXPECT_EQ(data.train.images.max().item<int>(), 255);
+  EXPECT_FLOAT_EQ(data.train.rows(0, 1000).min().item<float>(), -1.0f);
+  EXPECT_FLOAT_EQ(data.train.rows(0, 1000).max().item<float>(), 1.0f);
 }
 
 }  // namespace
