@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One command for the side-by-side benchmarks of docs/PERFORMANCE.md: start-up (launch vs
 # torchrun), the real trainer's first step (train_mnist vs DDP under torchrun), all-reduce (our
-# Gloo communicator vs torch.distributed on Gloo), MNIST training (train_mnist vs PyTorch DDP), model parallel, parameter server, and the run report's cost
-# (launch --report=true vs --report=false), ours and the reference interleaved in the same run,
-# medians, one table with ratios.
+# Gloo communicator vs torch.distributed on Gloo), MNIST training (train_mnist vs PyTorch DDP),
+# model parallel, parameter server, and the run report's cost (launch --report=true vs
+# --report=false), ours and the reference interleaved in the same run, medians, one table with
+# ratios.
 #
 #   bash bench/run_all.sh                 full run (about 10-15 minutes on 2 cores)
 #   bash bench/run_all.sh --quick         smoke run (1 repetition, small sizes, 60 training steps)
