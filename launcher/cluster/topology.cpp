@@ -36,7 +36,16 @@ NodeTopology resolve_topology(const LaunchOptions& o, const env::EnvMap& env) {
     t.min_nnodes = o.min_nnodes.value_or(t.nnodes);
     t.node_rank = o.node_rank.value_or(0);
     t.auto_node_rank = o.auto_node_rank && t.nnodes > 1;
-    t.control = env::Endpoint{o.master_addr.value_or(kDefaultNodeIp), control_port(o)};
+    std::uint16_t port = control_port(o);
+    if (o.workers_master() && t.nnodes > 1) {
+      // MASTER_PORT is rank 0's (its torch store binds it, as under torchrun): ours is next to it.
+      if (o.workers_master_port() >= 65535) {
+        throw PlanError("--master_port=65535 leaves no port above it for launch's control store "
+                        "(master_port + 1 in a multi-node job)");
+      }
+      port = static_cast<std::uint16_t>(o.workers_master_port() + 1);
+    }
+    t.control = env::Endpoint{o.master_addr.value_or(kDefaultNodeIp), port};
     if (o.node_ip_given || t.nnodes == 1) t.local_host = o.node_ip;
     return t;
   }

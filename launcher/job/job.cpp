@@ -156,14 +156,22 @@ std::unique_ptr<ControlChannel> form_multi_node_job(const LaunchOptions& options
 
   ControlChannel::Agreement agreement;
   try {
+    // torchrun's static spelling: node 0's rank 0 is MASTER_ADDR:MASTER_PORT as given.
+    const bool hosts_master = options.workers_master() && topology.node_rank == 0;
     const std::string host =
-        topology.local_host
-            ? *topology.local_host
-            : net::route_address_towards(topology.control.host, topology.control.port);
-    const std::vector<std::uint16_t> ports =
+        topology.local_host ? *topology.local_host
+        : hosts_master      ? *options.master_addr
+                            : net::route_address_towards(topology.control.host, topology.control.port);
+    std::vector<std::uint16_t> ports =
         options.started_port
             ? std::vector<std::uint16_t>{}
             : net::pick_free_ports(net::resolve_ipv4(host), local_endpoint_count(options));
+    if (hosts_master && !ports.empty()) {
+      const auto wanted = static_cast<std::uint16_t>(options.workers_master_port());
+      const auto clash = std::find(ports.begin() + 1, ports.end(), wanted);
+      if (clash != ports.end()) *clash = ports[0];
+      ports[0] = wanted;
+    }
     const std::vector<env::Endpoint> local = local_endpoints(options, host, ports);
     agreement = control->rendezvous(describe_job(options, topology), local, job_id);
     job_id = agreement.job_id;

@@ -464,7 +464,9 @@ cxxopts::Options make_cxxopts() {
               "Paddle 2.x: node 0's HOST:PORT, the same as --master_addr HOST --master_port PORT",
               text(), "HOST:PORT")(
       "master_port",
-      "multi-node: port of the control store on node 0 (default: started_port-1, else 29500)",
+      "multi-node: port of the control store on node 0 (default: started_port-1, else 29500); "
+      "with --master_addr and no --started_port it is rank 0's MASTER_PORT (default 29500) and "
+      "the control store takes the next port",
       text(), "P")("started_port",
                    "endpoints are node_ip:P, P+1, ... (default: free ports, exchanged between "
                    "nodes through the control store; Paddle 2.x: --start_port)",
@@ -849,6 +851,8 @@ LaunchOptions parse_options(int argc, const char* const argv[], const env::EnvMa
                         ? kDefaultRendezvousPort
                         : parse_int_flag("rdzv_endpoint", v.substr(colon + 1), 1, 65535);
   }
+  o.static_master = r.count("master_addr") > 0 &&
+                    !(r.count("rdzv_backend") && r["rdzv_backend"].as<std::string>() == "c10d");
   o.auto_node_rank =
       !o.node_rank && (r.count("master") > 0 ||
                        (r.count("rdzv_backend") && r["rdzv_backend"].as<std::string>() == "c10d"));

@@ -72,8 +72,12 @@ struct LaunchOptions {
   bool auto_node_rank = false;
   std::optional<std::string> master_addr;  // --master_addr, or HOST of --master (Paddle 2.x)
   // --master_port: the control store's port in a multi-node job (either spelling); default:
-  // --started_port - 1 when that is set, else kDefaultControlPort.
+  // --started_port - 1 when that is set, else kDefaultControlPort. Except in torchrun's static
+  // spelling (workers_master() below), where it is the workers' MASTER_PORT.
   std::optional<int> master_port;
+  // --master_addr (not --master, --rdzv_endpoint or the c10d backend): torchrun's static
+  // rendezvous, where MASTER_ADDR:MASTER_PORT is rank 0's store.
+  bool static_master = false;
   std::optional<int> started_port;       // --started_port; unset: free ports are picked
   bool print_config = true;              // --print_config[=false]
   // The PET_<FLAG> variables that gave a flag its value, as "PET_NNODES=2" (see parse_options).
@@ -138,6 +142,12 @@ struct LaunchOptions {
   bool elastic() const { return min_nnodes && nnodes && *min_nnodes < *nnodes; }
   // True for a parameter-server job (--server_num or --servers).
   bool ps_job() const { return server_num > 0; }
+  // torchrun's static spelling without --started_port, collective: rank 0's endpoint is
+  // --master_addr:--master_port (default port 29500), on one node or many, so the workers see
+  // MASTER_ADDR/MASTER_PORT as given; in a multi-node job the control store then moves to the
+  // next port (workers_master_port() + 1).
+  bool workers_master() const { return static_master && !started_port && !ps_job(); }
+  int workers_master_port() const { return master_port.value_or(kDefaultControlPort); }
   // Paddle 2.x's --run_mode for this job: "ps" for a parameter-server job, else "collective".
   std::string run_mode() const { return ps_job() ? "ps" : "collective"; }
   // True when --servers/--workers name the endpoints.

@@ -102,6 +102,17 @@ TEST(MultiNode, TorchrunSpelling) {
   ASSERT_EQ(node0.wait(milliseconds(30'000)), 0) << node0.err();
   ASSERT_EQ(node1.wait(milliseconds(30'000)), 0) << node1.err();
   expect_four_ranks(logs0, logs1);
+  // As under torchrun's static rendezvous: every rank's MASTER_ADDR:MASTER_PORT is the given one,
+  // rank 0's own endpoint (its torch store binds it); launch's control store is on the next port.
+  for (int r = 0; r < 4; ++r) {
+    const std::string log = worker_log(r < 2 ? logs0 : logs1, r);
+    EXPECT_TRUE(contains(log, "ENV MASTER_PORT=" + std::to_string(port) + "\n")) << log;
+  }
+  EXPECT_TRUE(contains(worker_log(logs0, 0), "ENV PADDLE_CURRENT_ENDPOINT=" + kNode0 + ":" +
+                                                 std::to_string(port) + "\n"))
+      << worker_log(logs0, 0);
+  EXPECT_TRUE(contains(node0.err(), "control store at " + kNode0 + ":" + std::to_string(port + 1)))
+      << node0.err();
 }
 
 TEST(MultiNode, ParameterServerJobThroughTheControlStore) {

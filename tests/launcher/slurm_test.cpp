@@ -155,14 +155,28 @@ TEST(Torchrun, SpellingMapsOntoTheTopology) {
   EXPECT_EQ(t.node_rank, 2);
   EXPECT_TRUE(t.hosts.empty()) << "the other nodes publish their own endpoints";
   EXPECT_FALSE(t.local_host) << "found by routing towards the master";
-  EXPECT_EQ(t.control.str(), "head.example:1234");
+  EXPECT_EQ(t.control.str(), "head.example:1235")
+      << "static spelling: MASTER_PORT 1234 is rank 0's, the control store is next to it";
 
   const NodeTopology with_ip =
       resolve_topology(parse({"--nnodes=2", "--node_rank=1", "--master_addr=10.0.0.1",
                               "--node_ip=10.0.0.7", "w"}),
                        {});
   EXPECT_EQ(with_ip.local_host, "10.0.0.7");
-  EXPECT_EQ(with_ip.control.port, kDefaultControlPort);
+  EXPECT_EQ(with_ip.control.port, kDefaultControlPort + 1) << "MASTER_PORT defaults to 29500";
+
+  // The other spellings keep the control store on the port they name.
+  EXPECT_EQ(resolve_topology(parse({"--nnodes=2", "--rdzv_endpoint=h:1234", "w"}), {}).control.port,
+            1234);
+  EXPECT_EQ(resolve_topology(parse({"--nnodes=2", "--rank=0", "--master=h:1234", "w"}), {})
+                .control.port,
+            1234);
+  EXPECT_EQ(resolve_topology(parse({"--nnodes=2", "--node_rank=0", "--master_addr=h",
+                                    "--master_port=1234", "--started_port=6170", "w"}),
+                             {})
+                .control.port,
+            1234)
+      << "with --started_port rank 0's port is that one, MASTER_PORT is free for the store";
 
   EXPECT_FALSE(resolve_topology(parse({"--nnodes=1", "w"}), {}).multi_node());
 }

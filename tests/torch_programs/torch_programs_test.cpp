@@ -3,10 +3,7 @@
 // DDP training on gloo gives the same parameters, a failing rank is named with its exception, the
 // environment a library sees is torchrun's, and a restarted group can init_process_group again.
 // Skipped when /usr/bin/python3 cannot import torch.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <regex>
@@ -21,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/ports.h"
 #include "tests/support/process.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/text.h"
@@ -263,19 +262,8 @@ TEST_F(TorchPrograms, MasterAddrAndPortAsGivenFormTheGroup) {
   Env env = clean_environment({{"OMP_NUM_THREADS", "1"}});
   env["PATH"] = "/usr/bin:" + env["PATH"];
   const fs::path ours = dir("launch"), theirs = dir("torchrun_static");
-  // A port free a moment ago: bind port 0 and read it back.
-  int port = 0;
-  {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
-    port = ntohs(a.sin_port);
-    ::close(fd);
-  }
+  // A port free a moment ago (with the next one below 65535: a multi-node control store's).
+  const int port = ddl::testing::free_port_below(65000);
   const std::vector<std::string> flags = {"--nproc_per_node=2", "--master_addr=localhost",
                                           "--master_port=" + std::to_string(port)};
   std::vector<std::string> argv = {kLaunch, "--nproc-per-node=2", "--master-addr=localhost",
@@ -301,6 +289,47 @@ TEST_F(TorchPrograms, MasterAddrAndPortAsGivenFormTheGroup) {
   ASSERT_TRUE(k.is_object()) << describe(t);
   EXPECT_EQ(k["master_port"], j["master_port"]);
   EXPECT_EQ(k["master_addr"], j["master_addr"]);
+}
+
+// Two nodes (two launchers on two loopback addresses) in torchrun's static spelling: every rank
+// sees MASTER_ADDR:MASTER_PORT as given, rank 0's torch store binds it, the group forms across the
+// nodes with init_process_group("env://"), and again after a restart of the whole job.
+TEST_F(TorchPrograms, TwoNodesFormTheGroupOnTheGivenMasterPort) {
+  Env env = clean_environment({{"OMP_NUM_THREADS", "1"}, {"DDL_JOB_SECRET", "torch-two-nodes"}});
+  const fs::path out = dir("out");
+  const int port = ddl::testing::free_port_below(65000);
+  auto node = [&](int rank) {
+    SpawnOptions o;
+    o.argv = {kLaunch, "--nnodes=2", "--node-rank=" + std::to_string(rank),
+              "--master-addr=127.0.0.1", "--master-port=" + std::to_string(port),
+              "--nproc-per-node=1", "--max-restarts=1", "--rendezvous_timeout=60",
+              "--log-dir", (out / ("logs" + std::to_string(rank))).string()};
+    if (rank == 1) o.argv.push_back("--local-addr=127.0.0.2");
+    o.argv.insert(o.argv.end(), {kPython, "-u", program("restart.py"), out.string()});
+    o.env = env;
+    o.stdout_path = out / ("node" + std::to_string(rank) + ".out");
+    o.stderr_path = out / ("node" + std::to_string(rank) + ".err");
+    o.own_process_group = true;
+    return std::make_unique<ChildProcess>(std::move(o));
+  };
+  auto n0 = node(0);
+  auto n1 = node(1);
+  const auto c0 = n0->wait(kRunTimeout);
+  const auto c1 = n1->wait(kRunTimeout);
+  const std::string err = "node 0:\n" + n0->err() + "\nnode 1:\n" + n1->err();
+  EXPECT_EQ(c0, 0) << err;
+  EXPECT_EQ(c1, 0) << err;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    for (int rank = 0; rank < 2; ++rank) {
+      const std::string name =
+          "attempt" + std::to_string(attempt) + ".rank" + std::to_string(rank) + ".json";
+      const json j = read_json(out / name);
+      ASSERT_TRUE(j.is_object()) << name << " missing\n" << err;
+      EXPECT_EQ(j["all_reduce"], 3.0) << name;
+      EXPECT_EQ(j["master_addr"], "127.0.0.1") << name;
+      EXPECT_EQ(j["master_port"], std::to_string(port)) << name;
+    }
+  }
 }
 
 // ---- 2. A failing rank -------------------------------------------------------------------------
