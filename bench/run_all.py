@@ -242,6 +242,13 @@ def bench_allreduce(sides, reps, max_bytes):
     return rows
 
 
+def add_medians(row, runs, keys):
+    """row["<side>_<key>"] = the median of `key` over that side's runs, for ours and the reference."""
+    for side in ("ours", "ref"):
+        for key in keys:
+            row[f"{side}_{key}"] = statistics.median(r[key] for r in runs[side])
+
+
 def rank0_summary(text, side):
     found = [r for r in json_lines(text) if "images_per_sec" in r and r.get("rank", 0) == 0]
     if not found:
@@ -279,9 +286,7 @@ def bench_training(sides, ranks_list, reps, epochs, max_steps, seed):
                   f"DDP {runs['ref'][-1]['images_per_sec']:.0f} img/s {runs['ref'][-1]['wall_s']:.1f} s "
                   f"(load {load1():.2f})", flush=True)
         row = {"ranks": n, "threads": threads_for(n), "runs": runs}
-        for side in ("ours", "ref"):
-            for key in ("wall_s", "images_per_sec", "train_seconds", "test_accuracy"):
-                row[f"{side}_{key}"] = statistics.median(r[key] for r in runs[side])
+        add_medians(row, runs, ("wall_s", "images_per_sec", "train_seconds", "test_accuracy"))
         # Each repetition runs the two sides back to back, so the ratio within a repetition
         # shares its moment's load; the median of those ratios is the robust figure.
         row["paired_speed_ratio"] = statistics.median(
@@ -349,9 +354,7 @@ def bench_first_step(sides, ranks, reps, seed):
               f"torchrun+DDP {runs['ref'][-1]['first_step_s']:.3f} s "
               f"(exit {runs['ref'][-1]['wall_s']:.3f} s) (load {load1():.2f})", flush=True)
     row = {"ranks": ranks, "threads": threads_for(ranks), "runs": runs}
-    for side in ("ours", "ref"):
-        for key in ("first_step_s", "wall_s"):
-            row[f"{side}_{key}"] = statistics.median(r[key] for r in runs[side])
+    add_medians(row, runs, ("first_step_s", "wall_s"))
     for key in ("first_step_s", "wall_s"):
         row[f"paired_{key}_ratio"] = statistics.median(
             r[key] / o[key] for o, r in zip(runs["ours"], runs["ref"]))
