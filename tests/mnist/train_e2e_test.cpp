@@ -168,6 +168,32 @@ TEST(TrainMnistE2E, StandaloneRunIsAWorldOfOne) {
   EXPECT_EQ(log.losses.size(), 3u);
 }
 
+// The course's command on a machine whose LibTorch sees no GPU: each rank trains on the CPU and
+// says so once (and when a GPU is used, says nothing of the kind).
+TEST(TrainMnistE2E, SelectedGpusWithoutCudaSayTheyTrainOnTheCpu) {
+  SKIP_WITHOUT_DATA();
+  TempDir tmp;
+  const std::string log_dir = tmp.file("logs");
+  const RunResult r = run({kBin + "/launch", "--selected_gpus=0,1", "--log_dir", log_dir,
+                           kBin + "/train_mnist", "--max_steps", "2", "--threads", "1", "--save",
+                           "", "--data_dir", kData},
+                          tmp.file("out"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string text = read_file(log_dir + "/workerlog." + std::to_string(rank));
+    const RankLog log = parse_rank_log(text);
+    ASSERT_EQ(log.summaries.size(), 1u) << text;
+    const std::string device = log.summaries[0]["device"];
+    const std::string warning = "GPU " + std::to_string(rank) +
+                                " selected (FLAGS_selected_gpus) but CUDA is not available";
+    std::size_t seen = 0;
+    for (auto at = text.find(warning); at != std::string::npos; at = text.find(warning, at + 1)) {
+      ++seen;
+    }
+    EXPECT_EQ(seen, device == "cpu" ? 1u : 0u) << "device " << device << ":\n" << text;
+  }
+}
+
 TEST(TrainMnistE2E, BadDataIsOneLineAndExitCodeThree) {
   TempDir tmp;
   const RunResult r =
