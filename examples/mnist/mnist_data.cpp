@@ -1,6 +1,5 @@
 #include "examples/mnist/mnist_data.h"
 
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <zlib.h>
 
@@ -392,11 +391,8 @@ DataError::DataError(DataErrorKind kind, std::string file, const std::string& de
       file_(std::move(file)) {}
 
 Dataset Dataset::to(const torch::Device& device) const {
-  Dataset d{images.to(device), labels.to(device), {}};
-  if (images.scalar_type() == torch::kUInt8 && !device.is_cpu()) {
-    d.pixel_values = pixel_table().to(device);
-  }
-  return d;
+  return Dataset{images.to(device), labels.to(device),
+                 pixel_values.defined() ? pixel_values.to(device) : torch::Tensor()};
 }
 
 torch::Tensor pixel_table() {
@@ -472,7 +468,7 @@ Dataset load_idx(const std::string& images_path, const std::string& labels_path)
   }
   // The pixels stay in the file's buffer, after its header: normalised batch by batch.
   return Dataset{adopt_bytes(std::move(image_bytes), ih.header_bytes, {n, 1, kRows, kCols}),
-                 adopt(std::move(labels)), {}};
+                 adopt(std::move(labels)), pixel_table()};
 }
 
 MnistData load_idx_dir(const std::string& dir) {

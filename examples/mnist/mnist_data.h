@@ -57,8 +57,9 @@ class DataError : public std::runtime_error {
 struct Dataset {
   torch::Tensor images;
   torch::Tensor labels;
-  // For uint8 images off the CPU: the 256 normalised values on their device (to() makes it), so
-  // a batch needs no copy from the host.
+  // For uint8 images: pixel_table() on their device, made once by the IDX loader and moved by
+  // to(), so a batch neither rebuilds it nor copies it from the host. Undefined for float images
+  // (a uint8 dataset built without it gets a fresh table per batch).
   torch::Tensor pixel_values{};
 
   std::int64_t size() const { return labels.defined() ? labels.size(0) : 0; }

@@ -264,6 +264,12 @@ std::vector<env::Endpoint> local_endpoints(const LaunchOptions& options, const s
   return local;
 }
 
+void put_port_first(std::vector<std::uint16_t>& ports, std::uint16_t wanted) {
+  const auto clash = std::find(ports.begin() + 1, ports.end(), wanted);
+  if (clash != ports.end()) *clash = ports[0];
+  ports[0] = wanted;
+}
+
 ClusterPlan make_plan(const LaunchOptions& options, const PlanInputs& inputs) {
   if (options.ps_job()) return make_ps_plan(options, inputs);
   const int per_node = options.nproc_per_node;
@@ -299,10 +305,7 @@ ClusterPlan make_plan(const LaunchOptions& options, const PlanInputs& inputs) {
   // 0's endpoint is MASTER_ADDR:MASTER_PORT, so they appear as given.
   if (nodes == 1 && !inputs.cluster_endpoints && options.master_port && !options.started_port &&
       !local_ports.empty()) {
-    const auto wanted = static_cast<std::uint16_t>(*options.master_port);
-    const auto clash = std::find(local_ports.begin() + 1, local_ports.end(), wanted);
-    if (clash != local_ports.end()) *clash = local_ports[0];
-    local_ports[0] = wanted;
+    put_port_first(local_ports, static_cast<std::uint16_t>(*options.master_port));
   }
 
   for (int k = 0; k < nodes && !inputs.cluster_endpoints; ++k) {

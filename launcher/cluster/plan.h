@@ -98,6 +98,10 @@ int local_endpoint_count(const LaunchOptions& options);
 std::vector<env::Endpoint> local_endpoints(const LaunchOptions& options, const std::string& host,
                                            const std::vector<std::uint16_t>& free_ports);
 
+// Makes `wanted` the first of `ports` (rank 0's, or server 0's), swapping it out of a later place
+// when the picker chose it too, so the ports stay distinct. `ports` must not be empty.
+void put_port_first(std::vector<std::uint16_t>& ports, std::uint16_t wanted);
+
 // Each local process's variables for --print_config: the first process of each role in full,
 // the others by the variables that differ from it. The job secret is masked.
 std::string describe_plan(const ClusterPlan& plan);

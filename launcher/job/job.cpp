@@ -167,10 +167,7 @@ std::unique_ptr<ControlChannel> form_multi_node_job(const LaunchOptions& options
             ? std::vector<std::uint16_t>{}
             : net::pick_free_ports(net::resolve_ipv4(host), local_endpoint_count(options));
     if (hosts_master && !ports.empty()) {
-      const auto wanted = static_cast<std::uint16_t>(options.workers_master_port());
-      const auto clash = std::find(ports.begin() + 1, ports.end(), wanted);
-      if (clash != ports.end()) *clash = ports[0];
-      ports[0] = wanted;
+      put_port_first(ports, static_cast<std::uint16_t>(options.workers_master_port()));
     }
     const std::vector<env::Endpoint> local = local_endpoints(options, host, ports);
     agreement = control->rendezvous(describe_job(options, topology), local, job_id);
