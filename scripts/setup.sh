@@ -20,10 +20,10 @@ packages=(
   elfutils gdb
   # The run report's render test opens report.html in headless Chromium.
   chromium
-  # tests/torch_programs/ runs real PyTorch programs (and Debian's torchrun) with /usr/bin/python3.
+  # tests/e2e/torch_programs/ runs real PyTorch programs (and Debian's torchrun) with /usr/bin/python3.
   python3-torch
-  # Schedulers the tests run for real: Open MPI's mpirun (tests/schedulers/) and a two-node Slurm
-  # 22.05 cluster on this machine (scripts/slurm_cluster.sh, tests/schedulers/).
+  # Schedulers the tests run for real: Open MPI's mpirun (tests/e2e/schedulers/) and a two-node Slurm
+  # 22.05 cluster on this machine (scripts/slurm_cluster.sh, tests/e2e/schedulers/).
   openmpi-bin
   munge slurmctld slurmd slurm-client
 )

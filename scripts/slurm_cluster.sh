@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A real two-node Slurm cluster on this one machine, for trying `srun ... launch ...` and for the
-# tests in tests/slurm/: one munged, one slurmctld and two slurmd daemons (`slurmd -N n1` on
+# tests in tests/e2e/schedulers/: one munged, one slurmctld and two slurmd daemons (`slurmd -N n1` on
 # 127.0.0.1:17001, `slurmd -N n2` on 127.0.0.2:17002), partition `ddl` with both nodes.
 #
 # Usage: scripts/slurm_cluster.sh start|stop|status

@@ -23,7 +23,7 @@
 #   CUDA_HOME        CUDA toolkit (default: from nvcc on PATH, else /usr/local/cuda)
 #   CUDA_ARCHS       CMAKE_CUDA_ARCHITECTURES for torch's enable_language(CUDA) (default 90)
 #   DRY_RUN_TARGETS  targets a dry run builds (default "launch")
-#   NCCL_TESTS       "target:gtest_filter ..." (default: the tests/comm targets named *nccl*,
+#   NCCL_TESTS       "target:gtest_filter ..." (default: the tests/worker/comm targets named *nccl*,
 #                    else comm_test:Nccl*)
 #   EPOCHS (2), MIN_ACCURACY (0.9), JOBS (nproc), OUT
 #   CONFIGURE_TIMEOUT (240), BUILD_TIMEOUT (480), STEP_TIMEOUT (other steps: 120-240) in seconds
@@ -340,9 +340,9 @@ row configure "ok: ${BUILD_DIR}; deps from the bundle; NCCL $( ((have_nccl)) && 
 nccl_tests=()
 if [[ -n "${NCCL_TESTS:-}" ]]; then
   read -r -a nccl_tests <<<"${NCCL_TESTS}"
-elif [[ -f "${REPO_DIR}/tests/comm/CMakeLists.txt" ]]; then
+elif [[ -f "${REPO_DIR}/tests/worker/comm/CMakeLists.txt" ]]; then
   mapfile -t nccl_tests < <(grep -o -i -E 'NAME +[A-Za-z0-9_]*nccl[A-Za-z0-9_]*' \
-                              "${REPO_DIR}/tests/comm/CMakeLists.txt" | awk '{ print $2 ":*" }')
+                              "${REPO_DIR}/tests/worker/comm/CMakeLists.txt" | awk '{ print $2 ":*" }')
   ((${#nccl_tests[@]})) || nccl_tests=("comm_test:Nccl*")
 fi
 if ((dry_run)); then
