@@ -568,7 +568,7 @@ TEST(AutoNodeRank, OnlyWhereNode0HandsRanksOut) {
 }
 
 
-// ---- torchrun's and Paddle 2.x's other flags (issue 18) ---------------------------------------
+// ---- torchrun's and Paddle 2.x's other flags ----------------------------------------------------
 
 TEST(CommandLines, ScriptsModulesAndNoPython) {
   LaunchOptions o = parse({"-m", "pkg.train", "--lr", "1"});
