@@ -16,6 +16,8 @@
 #include <string_view>
 #include <vector>
 
+#include "env/error.h"
+
 namespace ddl::env {
 
 // --- Variable names -----------------------------------------------------------------------------
@@ -90,18 +92,19 @@ inline constexpr const char* kRestartCount = "DDL_RESTART_COUNT";  // 0 on the f
 inline constexpr const char* kLogLevel = "DDL_LOG_LEVEL";      // debug|info|warn|error
 inline constexpr const char* kFault = "DDL_FAULT";             // fault injection (testing aid)
 
-// The exit code of a worker that gave up at a rendezvous or collective deadline (as timeout(1)
-// exits). The launcher then takes the stack traces of the processes still running before it
-// stops them: the stuck peer is among them (launcher/diagnose/).
-inline constexpr int kDeadlineExitCode = 124;
+// The exit code of a worker that gave up at a rendezvous or collective deadline: kExitDeadline
+// (env/exit_codes.h). The launcher then takes the stack traces of the processes still running
+// before it stops them: the stuck peer is among them (launcher/diagnose/).
+inline constexpr int kDeadlineExitCode = kExitDeadline;
 
 // Default rendezvous deadline when the contract does not set one.
 inline constexpr std::chrono::milliseconds kDefaultRendezvousTimeout{300'000};
 
-// A problem with the environment: names the variable and quotes its value.
-class EnvError : public std::runtime_error {
+// A problem with the environment: names the variable and quotes its value. A worker ends with
+// kExitParallel for it ("environment: ..."); `launch` reads it as its own error (launcher/job).
+class EnvError : public Error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit EnvError(const std::string& what) : Error(kExitParallel, "environment", what) {}
 };
 
 // A snapshot of (part of) a process environment, name -> value.

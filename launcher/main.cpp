@@ -6,6 +6,7 @@
 
 #include <iostream>
 
+#include "env/error.h"
 #include "launcher/job/job.h"
 #include "launcher/options/options.h"
 #include "launcher/supervise/worker_lookup.h"
@@ -43,11 +44,7 @@ int main(int argc, char** argv) {
   // EPIPE instead. Workers get the default disposition back before exec.
   ::signal(SIGPIPE, SIG_IGN);
   ddl::logging::init("launch", spdlog::level::info);
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    const ddl::launcher::ErrorExit exit = ddl::launcher::exit_for(e);
-    spdlog::error("{}", exit.message);
-    return exit.exit_code;
-  }
+  return ddl::run_main([&] { return run(argc, argv); },
+                       [](const ddl::ErrorExit& exit) { spdlog::error("{}", exit.message); },
+                       ddl::launcher::launch_exit_for);
 }

@@ -6,12 +6,14 @@
 #include <string>
 #include <vector>
 
+#include "env/error.h"
+
 namespace ddl::net {
 
 // The address could not be bound at all (not a local address, no free ports, ...).
-class PortError : public std::runtime_error {
+class PortError : public Error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit PortError(const std::string& what) : Error(kExitError, "", what) {}
 };
 
 // Returns `count` distinct ports that were bindable on IPv4 `host` a moment ago: all sockets are

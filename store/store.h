@@ -14,21 +14,28 @@
 #include <string>
 #include <vector>
 
+#include "env/error.h"
+
 namespace ddl {
 
 using Bytes = std::vector<char>;
 
 // Any store failure: lost connection, refused handshake, protocol error. The message names the
 // endpoint, the key and what was expected.
-class StoreError : public std::runtime_error {
+// A program ends with kExitParallel for it ("rendezvous store: ...").
+class StoreError : public Error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit StoreError(const std::string& what) : StoreError(kExitParallel, what) {}
+
+ protected:
+  StoreError(int exit_code, const std::string& what) : Error(exit_code, "rendezvous store", what) {}
 };
 
-// A wait that reached its deadline. The message names the keys still missing.
+// A wait that reached its deadline. The message names the keys still missing. A program ends
+// with kExitDeadline for it, so the launcher dumps the stacks of the ranks still running.
 class StoreTimeout : public StoreError {
  public:
-  using StoreError::StoreError;
+  explicit StoreTimeout(const std::string& what) : StoreError(kExitDeadline, what) {}
 };
 
 class Store {

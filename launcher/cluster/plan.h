@@ -30,15 +30,17 @@
 #include <vector>
 
 #include "env/contract.h"
+#include "env/error.h"
 #include "launcher/cluster/generation.h"
 #include "launcher/options/options.h"
 
 namespace ddl::launcher {
 
 // Options that cannot be turned into a plan (e.g. several nodes without --started_port).
-class PlanError : public std::runtime_error {
+// `launch` prints it as one line and exits 2.
+class PlanError : public Error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit PlanError(const std::string& what) : Error(kExitUsage, "cannot plan the job", what) {}
 };
 
 // Returns `count` distinct ports that can be bound on `host` right now. May throw.

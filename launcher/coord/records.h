@@ -19,15 +19,17 @@
 #include <vector>
 
 #include "env/contract.h"
+#include "env/error.h"
 
 namespace ddl::launcher {
 
 // The nodes could not form the job: a description differs, a node did not join in time, the
 // control store could not be hosted or reached, a record is malformed. `launch` prints it as one
 // line and exits 2.
-class ControlError : public std::runtime_error {
+class ControlError : public Error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit ControlError(const std::string& what)
+      : Error(kExitUsage, "cannot form the multi-node job", what) {}
 };
 
 // A record that cannot be decoded. The message names `source` (where it was read), what was

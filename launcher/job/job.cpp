@@ -390,20 +390,19 @@ int run_job(const LaunchOptions& options, const JobContext& context) {
   return exit_code;
 }
 
-ErrorExit exit_for(const std::exception& error) {
+ErrorExit launch_exit_for(const std::exception& error) {
   const std::string what = error.what();
-  if (dynamic_cast<const OptionsError*>(&error)) return {kExitUsage, "bad command line: " + what};
-  if (dynamic_cast<const WorkerNotFoundError*>(&error)) return {kExitNotFound, what};
-  if (dynamic_cast<const PlanError*>(&error)) return {kExitUsage, "cannot plan the job: " + what};
-  if (dynamic_cast<const ControlError*>(&error)) {
-    return {kExitUsage, "cannot form the multi-node job: " + what};
-  }
-  if (dynamic_cast<const net::PortError*>(&error)) return {kExitError, what};
-  if (dynamic_cast<const SupervisorError*>(&error)) return {kExitError, what};
   if (dynamic_cast<const env::EnvError*>(&error)) {
     return {kExitError, "environment contract: " + what};
   }
-  return {kExitError, "unexpected error: " + what};
+  // The launcher's own errors end it with 1, 2 or 127; a worker-side one (a store or collective
+  // error that escaped the control connection's handling) is as unexpected as a foreign one.
+  const auto* typed = dynamic_cast<const Error*>(&error);
+  const bool launchers = typed && (typed->exit_code() == kExitError ||
+                                   typed->exit_code() == kExitUsage ||
+                                   typed->exit_code() == kExitNotFound);
+  if (!launchers) return {kExitError, "unexpected error: " + what};
+  return ddl::exit_for(error);
 }
 
 }  // namespace ddl::launcher

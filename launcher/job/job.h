@@ -6,8 +6,9 @@
 //
 // Exit codes: 0 when every worker of the last generation (after --max_restarts restarts at most)
 // exits 0; that generation's first failed worker's code (128+signal when it was killed); 124 when
-// the hang guard ended it; 128+signal when the launcher was interrupted; and, from exit_for(), 2
-// for a bad command line or plan, 127 when WORKER is not an executable, 1 for any other error.
+// the hang guard ended it; 128+signal when the launcher was interrupted; and, from
+// launch_exit_for(), 2 for a bad command line or plan, 127 when WORKER is not an executable, 1 for
+// any other error. The numbers are the table in env/exit_codes.h.
 #pragma once
 
 #include <exception>
@@ -15,13 +16,11 @@
 #include <string>
 
 #include "env/contract.h"
+#include "env/error.h"
+#include "env/exit_codes.h"
 #include "launcher/options/options.h"
-#include "launcher/supervise/exit_status.h"  // kExitUsage
 
 namespace ddl::launcher {
-
-inline constexpr int kExitError = 1;
-inline constexpr int kExitNotFound = 127;
 
 // What a job takes from the process that runs it.
 struct JobContext {
@@ -37,12 +36,12 @@ struct JobContext {
 // multi-node job tells the other nodes first.
 int run_job(const LaunchOptions& options, const JobContext& context);
 
-// The launcher's exit code and one-line message for an error that ended `launch`.
-struct ErrorExit {
-  int exit_code = kExitError;
-  std::string message;
-};
-ErrorExit exit_for(const std::exception& error);
+// The launcher's exit code and one-line message for an error that ended `launch`: ddl::exit_for
+// (each error type carries its code and context), except that an env::EnvError is launch's own
+// error (1, "environment contract: ...") rather than a worker's failed setup, and an exception
+// that is not one of the launcher's (a ddl::Error with 1, 2 or 127) is unexpected
+// (1, "unexpected error: ...").
+ErrorExit launch_exit_for(const std::exception& error);
 
 // The number of online cores (at least 1).
 int online_cores();

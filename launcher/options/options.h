@@ -21,9 +21,9 @@ namespace ddl::launcher {
 
 // A bad command line: the message names the flag and quotes the bad value. `launch` prints it as
 // one line and exits with code 2.
-class OptionsError : public std::runtime_error {
+class OptionsError : public Error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit OptionsError(const std::string& what) : Error(kExitUsage, "bad command line", what) {}
 };
 
 inline constexpr const char* kDefaultNodeIp = "127.0.0.1";

@@ -3,10 +3,9 @@
 
 #include <string>
 
-namespace ddl::launcher {
+#include "env/exit_codes.h"  // kExitUsage: launch's own 2 (a worker's 2 is passed on as it is)
 
-// launch's own exit code for a bad command line or plan (a worker's 2 is passed on as it is).
-inline constexpr int kExitUsage = 2;
+namespace ddl::launcher {
 
 // "SIGTERM", "SIGKILL", ... ("signal 42" for others).
 std::string signal_name(int signo);

@@ -12,14 +12,15 @@
 #include <optional>
 #include <string>
 
+#include "env/exit_codes.h"
 #include "launcher/cluster/generation.h"
 
 namespace ddl::launcher {
 
-// The launcher's exit code when the hang guard ended the job (as timeout(1)).
-inline constexpr int kHangExitCode = 124;
+// The launcher's exit code when the hang guard ended the job.
+inline constexpr int kHangExitCode = kExitDeadline;
 // The exit code when a worker could not be started (or a restart could not be prepared).
-inline constexpr int kSpawnFailedExitCode = 1;
+inline constexpr int kSpawnFailedExitCode = kExitError;
 
 // Ordered: a later state overrides an earlier one, never the reverse (kWorkerFailed, kHung and
 // kPeerFailed are alternatives: the first of them stays).

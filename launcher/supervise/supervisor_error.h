@@ -2,14 +2,17 @@
 #pragma once
 
 #include <stdexcept>
+#include <string>
+
+#include "env/error.h"
 
 namespace ddl::launcher {
 
 // The job could not be set up (log dir not creatable, a log file not openable, ...). `launch`
 // prints it as one line and exits 1.
-class SupervisorError : public std::runtime_error {
+class SupervisorError : public Error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit SupervisorError(const std::string& what) : Error(kExitError, "", what) {}
 };
 
 }  // namespace ddl::launcher

@@ -8,13 +8,14 @@
 #include <vector>
 
 #include "env/contract.h"
+#include "env/error.h"
 
 namespace ddl::launcher {
 
 // WORKER does not name an executable file. `launch` exits 127 (like a shell).
-class WorkerNotFoundError : public std::runtime_error {
+class WorkerNotFoundError : public Error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit WorkerNotFoundError(const std::string& what) : Error(kExitNotFound, "", what) {}
 };
 
 // Resolves WORKER: a name containing '/' is a path; a bare name is looked up first in

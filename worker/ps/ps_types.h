@@ -7,6 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include "env/error.h"
+
 namespace ddl::ps {
 
 // sync: every step each server waits for all trainers' gradients, averages them in trainer order,
@@ -21,9 +23,10 @@ UpdateMode parse_mode(std::string_view text);
 
 // A parameter-server failure on either side: a peer that is gone, stalled or disagrees. The
 // message names this process ("server 1", "trainer 0"), the peer and what was expected.
-class PsError : public std::runtime_error {
+// A program ends with kExitParallel for it ("parameter server: ...").
+class PsError : public Error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit PsError(const std::string& what) : Error(kExitParallel, "parameter server", what) {}
 };
 
 struct Deadlines {

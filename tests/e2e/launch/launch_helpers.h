@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "env/contract.h"
+#include "env/exit_codes.h"
 #include "tests/support/ports.h"
 #include "tests/support/process.h"
 #include "tests/support/temp_dir.h"
@@ -40,7 +41,7 @@ using std::chrono::milliseconds;
 inline const std::string kBin = DDL_BIN_DIR;
 inline const std::string kLaunch = kBin + "/launch";
 inline const std::string kHello = kBin + "/hello_worker";
-inline constexpr int kHangExitCode = 124;  // launcher/supervise/supervisor.h; this test links no launcher code
+inline constexpr int kHangExitCode = ddl::kExitDeadline;  // the hang guard (env/exit_codes.h)
 
 using testing::alive;
 using testing::contains;

@@ -12,6 +12,7 @@
 #include "launcher/coord/control.h"
 #include "launcher/supervise/supervisor.h"
 #include "net/ports.h"
+#include "store/store.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/text.h"
 
@@ -110,22 +111,25 @@ TEST(Job, AMissingWorkerIsATypedError) {
     run_job(parse({"no_such_worker_for_the_job_test"}), context());
     ADD_FAILURE() << "no error";
   } catch (const WorkerNotFoundError& e) {
-    const ErrorExit exit = exit_for(e);
+    const ErrorExit exit = launch_exit_for(e);
     EXPECT_EQ(exit.exit_code, kExitNotFound);
     EXPECT_TRUE(contains(exit.message, "no_such_worker_for_the_job_test")) << exit.message;
   }
 }
 
 TEST(Job, ErrorsMapToTheLaunchersExitCodes) {
-  EXPECT_EQ(exit_for(OptionsError("--bogus")).exit_code, kExitUsage);
-  EXPECT_EQ(exit_for(OptionsError("--bogus")).message, "bad command line: --bogus");
-  EXPECT_EQ(exit_for(PlanError("p")).exit_code, kExitUsage);
-  EXPECT_EQ(exit_for(ControlError("c")).exit_code, kExitUsage);
-  EXPECT_EQ(exit_for(RecordError("r")).exit_code, kExitUsage) << "a ControlError";
-  EXPECT_EQ(exit_for(SupervisorError("s")).exit_code, kExitError);
-  EXPECT_EQ(exit_for(net::PortError("n")).exit_code, kExitError);
-  EXPECT_EQ(exit_for(env::EnvError("e")).message, "environment contract: e");
-  EXPECT_EQ(exit_for(std::runtime_error("x")).message, "unexpected error: x");
+  EXPECT_EQ(launch_exit_for(OptionsError("--bogus")).exit_code, kExitUsage);
+  EXPECT_EQ(launch_exit_for(OptionsError("--bogus")).message, "bad command line: --bogus");
+  EXPECT_EQ(launch_exit_for(PlanError("p")).exit_code, kExitUsage);
+  EXPECT_EQ(launch_exit_for(ControlError("c")).exit_code, kExitUsage);
+  EXPECT_EQ(launch_exit_for(RecordError("r")).exit_code, kExitUsage) << "a ControlError";
+  EXPECT_EQ(launch_exit_for(SupervisorError("s")).exit_code, kExitError);
+  EXPECT_EQ(launch_exit_for(net::PortError("n")).exit_code, kExitError);
+  EXPECT_EQ(launch_exit_for(env::EnvError("e")).message, "environment contract: e");
+  EXPECT_EQ(launch_exit_for(std::runtime_error("x")).message, "unexpected error: x");
+  EXPECT_EQ(launch_exit_for(StoreError("s")).message, "unexpected error: s")
+      << "a worker's error type reaching launch";
+  EXPECT_EQ(launch_exit_for(StoreError("s")).exit_code, kExitError);
 }
 
 TEST(Job, ABadPlanIsATypedError) {
