@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "env/contract.h"
+#include "env/error.h"
 #include "logging/log.h"
 #include "worker/runtime/fault.h"
 
@@ -77,8 +78,7 @@ int parse_int(const std::string& flag, const char* text) {
   try {
     return ddl::env::parse_non_negative_int(text ? text : "", flag);
   } catch (const ddl::env::EnvError& e) {
-    say(std::string("hello_worker: ") + e.what());
-    std::exit(2);
+    throw ddl::Error(ddl::kExitUsage, "", e.what());
   }
 }
 
@@ -121,8 +121,7 @@ HelloOptions parse(int argc, char** argv) {
       o.echo_args.assign(argv + i + 1, argv + argc);
       break;
     } else {
-      say("hello_worker: unknown argument '" + a + "'");
-      std::exit(2);
+      throw ddl::Error(ddl::kExitUsage, "", "unknown argument '" + a + "'");
     }
   }
   return o;
@@ -136,9 +135,7 @@ HelloOptions parse(int argc, char** argv) {
   std::exit(o.exit_code);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   const HelloOptions o = parse(argc, argv);
   const ddl::env::EnvMap env = ddl::env::current_environment();
 
@@ -146,8 +143,7 @@ int main(int argc, char** argv) {
   try {
     contract = ddl::env::from_env(env);
   } catch (const ddl::env::EnvError& e) {
-    say(std::string("hello_worker: bad environment: ") + e.what());
-    return 2;
+    throw ddl::Error(ddl::kExitUsage, "bad environment", e.what());
   }
   const int rank = contract ? contract->rank : 0;
   const int restart_count = contract ? contract->restart_count : 0;
@@ -158,8 +154,7 @@ int main(int argc, char** argv) {
   try {
     if (trainer) fault.emplace(env, rank, restart_count);
   } catch (const ddl::env::EnvError& e) {
-    say(std::string("hello_worker: bad environment: ") + e.what());
-    return 2;
+    throw ddl::Error(ddl::kExitUsage, "bad environment", e.what());
   }
   ddl::logging::init(trainer ? ddl::logging::rank_role(rank) : me, spdlog::level::info);
 
@@ -254,4 +249,12 @@ int main(int argc, char** argv) {
   if (sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
   if (o.fail_rank || o.fail_server) return 0;
   finish(o);
+}
+
+}  // namespace
+
+// Errors go to stdout like everything else hello_worker says: "hello_worker: <message>".
+int main(int argc, char** argv) {
+  return ddl::run_main([&] { return run(argc, argv); },
+                       [](const ddl::ErrorExit& exit) { say("hello_worker: " + exit.message); });
 }

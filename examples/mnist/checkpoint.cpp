@@ -58,7 +58,8 @@ std::string read_string(torch::serialize::InputArchive& archive, const char* key
 }  // namespace
 
 CheckpointError::CheckpointError(std::string file, const std::string& detail)
-    : std::runtime_error("checkpoint '" + file + "': " + detail), file_(std::move(file)) {}
+    : Error(kExitBadCheckpoint, "", "checkpoint '" + file + "': " + detail),
+      file_(std::move(file)) {}
 
 std::string checkpoint_temp_path(const std::string& path) { return path + ".tmp"; }
 

@@ -15,9 +15,12 @@
 #include <stdexcept>
 #include <string>
 
+#include "env/error.h"
+
 namespace ddl::mnist {
 
-class CheckpointError : public std::runtime_error {
+// A program ends with kExitBadCheckpoint for it.
+class CheckpointError : public Error {
  public:
   CheckpointError(std::string file, const std::string& detail);
   const std::string& file() const { return file_; }

@@ -385,8 +385,8 @@ const char* to_string(DataErrorKind kind) {
 }
 
 DataError::DataError(DataErrorKind kind, std::string file, const std::string& detail)
-    : std::runtime_error("MNIST data error (" + std::string(to_string(kind)) + ") in '" + file +
-                         "': " + detail),
+    : Error(kExitBadData, "",
+            "MNIST data error (" + std::string(to_string(kind)) + ") in '" + file + "': " + detail),
       kind_(kind),
       file_(std::move(file)) {}
 

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "env/error.h"
+
 namespace ddl::mnist {
 
 inline constexpr std::int64_t kRows = 28;
@@ -40,7 +42,8 @@ enum class DataErrorKind {
 
 const char* to_string(DataErrorKind kind);
 
-class DataError : public std::runtime_error {
+// A program ends with kExitBadData for it.
+class DataError : public Error {
  public:
   DataError(DataErrorKind kind, std::string file, const std::string& detail);
   DataErrorKind kind() const { return kind_; }

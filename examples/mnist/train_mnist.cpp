@@ -17,8 +17,9 @@
 // when set); --resume, or a restart by the launcher (DDL_RESTART_COUNT > 0) finding one, continues
 // from it on every rank, mid-epoch included.
 //
-// Exit codes: 0 done, 1 training failed, 2 bad options, 3 bad data, 4 checkpoint problem,
-// 5 environment / rendezvous / collective failure, 124 a rendezvous or collective deadline passed.
+// Exit codes (env/exit_codes.h): 0 done, 1 training failed, 2 bad options, 3 bad data,
+// 4 checkpoint problem, 5 environment / rendezvous / collective / parameter-server failure,
+// 124 a rendezvous or collective deadline passed.
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
@@ -38,6 +39,7 @@
 #include <vector>
 
 #include "env/contract.h"
+#include "env/error.h"
 #include "examples/mnist/checkpoint.h"
 #include "examples/mnist/mnist_data.h"
 #include "examples/mnist/mnist_net.h"
@@ -47,6 +49,7 @@
 #include "worker/ps/parameter_server.h"
 #include "worker/ps/sharding.h"
 #include "worker/runtime/parallel.h"
+#include "worker/runtime/torch_error.h"
 
 #ifndef DDL_MNIST_DEFAULT_DATA
 #define DDL_MNIST_DEFAULT_DATA "data/mnist"
@@ -58,19 +61,10 @@ namespace {
 namespace fs = std::filesystem;
 using mnist::MnistNet;
 
-enum ExitCode {
-  kOk = 0,
-  kFailed = 1,
-  kUsage = 2,
-  kBadData = 3,
-  kBadCheckpoint = 4,
-  kParallel = 5,
-  kDeadline = env::kDeadlineExitCode,
-};
-
-class UsageError : public std::runtime_error {
+// Bad options: the program ends with kExitUsage and "<message> (see --help)".
+class UsageError : public Error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit UsageError(const std::string& what) : Error(kExitUsage, "", what + " (see --help)") {}
 };
 
 struct Options {
@@ -542,7 +536,7 @@ int serve(const Options& opt, const ParallelEnv& env) {
       {"resumed", report.resumed},
   };
   print_line(summary.dump());
-  return kOk;
+  return kExitOk;
 }
 
 int train(const Options& opt) {
@@ -707,20 +701,15 @@ int train(const Options& opt) {
   };
   replicas->describe(summary);
   print_line(summary.dump());
-  return kOk;
+  return kExitOk;
 }
 
-// One line, whatever the exception text holds.
-std::string one_line(std::string text) {
-  for (char& c : text) {
-    if (c == '\n' || c == '\r') c = ' ';
-  }
-  return text;
-}
-
-int fail(ExitCode code, const std::string& what) {
-  std::cerr << "train_mnist: error: " << one_line(what) << std::endl;
-  return code;
+// The error that ends the program: a bad option value that logging::parse_level or make_optimizer
+// rejected (std::invalid_argument) is a usage error; LibTorch's and ours as torch_exit_for reads
+// them (each of ours carries its exit code, env/exit_codes.h).
+ErrorExit exit_for_trainer(const std::exception& error) {
+  if (dynamic_cast<const std::invalid_argument*>(&error)) return {kExitUsage, error.what()};
+  return torch_exit_for(error);
 }
 
 }  // namespace
@@ -728,32 +717,10 @@ int fail(ExitCode code, const std::string& what) {
 
 int main(int argc, char** argv) {
   using namespace ddl;
-  try {
-    const std::optional<Options> options = parse_options(argc, argv);
-    return options ? train(*options) : kOk;
-  } catch (const UsageError& e) {
-    return fail(kUsage, std::string(e.what()) + " (see --help)");
-  } catch (const std::invalid_argument& e) {  // logging::parse_level, make_optimizer
-    return fail(kUsage, e.what());
-  } catch (const mnist::DataError& e) {
-    return fail(kBadData, e.what());
-  } catch (const mnist::CheckpointError& e) {
-    return fail(kBadCheckpoint, e.what());
-  } catch (const env::EnvError& e) {
-    return fail(kParallel, std::string("environment: ") + e.what());
-  } catch (const StoreTimeout& e) {
-    return fail(kDeadline, std::string("rendezvous store: ") + e.what());
-  } catch (const StoreError& e) {
-    return fail(kParallel, std::string("rendezvous store: ") + e.what());
-  } catch (const CommTimeout& e) {
-    return fail(kDeadline, std::string("collective: ") + e.what());
-  } catch (const CommError& e) {
-    return fail(kParallel, std::string("collective: ") + e.what());
-  } catch (const ps::PsError& e) {
-    return fail(kParallel, std::string("parameter server: ") + e.what());
-  } catch (const c10::Error& e) {
-    return fail(kFailed, e.what_without_backtrace());
-  } catch (const std::exception& e) {
-    return fail(kFailed, e.what());
-  }
+  return run_main(
+      [&] {
+        const std::optional<Options> options = parse_options(argc, argv);
+        return options ? train(*options) : kExitOk;
+      },
+      print_error("train_mnist"), exit_for_trainer);
 }
