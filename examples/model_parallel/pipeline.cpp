@@ -9,11 +9,14 @@ namespace {
 
 // Runs one send or recv; a failure is rethrown with where in the schedule it happened, which the
 // communicator's own message (backend, operation, ranks) cannot know. `context` is only called
-// on failure.
+// on failure. A deadline stays a CommTimeout, so the program exits 124 and the launcher dumps the
+// stack of the stage that is stuck.
 template <typename Call, typename Context>
 void in_schedule(Call&& call, Context&& context) {
   try {
     call();
+  } catch (const CommTimeout& e) {
+    throw CommTimeout(context() + ": " + e.what());
   } catch (const CommError& e) {
     throw CommError(context() + ": " + e.what());
   }

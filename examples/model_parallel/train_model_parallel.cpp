@@ -11,8 +11,9 @@
 // has the loss, prints `epoch: E, batch: B, loss is: [L]`; both ranks print the test accuracy
 // after each epoch (scored together: stage 0's features, stage 1's classifier) and one JSON line.
 //
-// Exit codes: 0 done, 1 training failed, 2 bad options (a world other than 2 included), 3 bad
-// data, 5 environment / rendezvous / communication failure.
+// Exit codes (env/exit_codes.h): 0 done, 1 training failed, 2 bad options (a world other than 2
+// included), 3 bad data, 5 environment / rendezvous / communication failure, 124 a rendezvous or
+// collective deadline passed (the launcher then dumps the stacks of the ranks still running).
 #include <malloc.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
@@ -31,12 +32,15 @@
 #include <vector>
 
 #include "env/contract.h"
+#include "env/error.h"
 #include "examples/mnist/mnist_data.h"
 #include "examples/mnist/mnist_net.h"
 #include "examples/model_parallel/pipeline.h"
 #include "examples/model_parallel/stages.h"
 #include "logging/log.h"
+#include "worker/runtime/fault.h"
 #include "worker/runtime/parallel.h"
+#include "worker/runtime/torch_error.h"
 
 #ifndef DDL_MNIST_DEFAULT_DATA
 #define DDL_MNIST_DEFAULT_DATA "data/mnist"
@@ -48,11 +52,10 @@ namespace {
 namespace fs = std::filesystem;
 namespace mp = model_parallel;
 
-enum ExitCode { kOk = 0, kFailed = 1, kUsage = 2, kBadData = 3, kParallel = 5 };
-
-class UsageError : public std::runtime_error {
+// Bad options: the program ends with kExitUsage and "<message> (see --help)".
+class UsageError : public Error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit UsageError(const std::string& what) : Error(kExitUsage, "", what + " (see --help)") {}
 };
 
 struct Options {
@@ -68,6 +71,7 @@ struct Options {
   std::string device = "auto";
   std::string data;  // IDX folder or mnist.json.gz; empty: the fetched data folder
   int threads = 0;   // 0: LibTorch's default (follows OMP_NUM_THREADS)
+  int collective_timeout = 120;  // seconds a send, recv or collective may wait for the other stage
   std::optional<std::string> log_level;
 };
 
@@ -85,6 +89,8 @@ void validate(const Options& o) {
           "--micro_batches must be between 1 and --batch_size (" + std::to_string(o.batch_size) +
               "), got " + std::to_string(o.micro_batches));
   require(o.threads >= 0, "--threads must be >= 0, got " + std::to_string(o.threads));
+  require(o.collective_timeout > 0,
+          "--collective_timeout must be > 0, got " + std::to_string(o.collective_timeout));
   require(o.device == "auto" || o.device == "cpu" || o.device == "gpu",
           "--device must be cpu, gpu or auto, got '" + o.device + "'");
   require(o.optimizer == "sgd" || o.optimizer == "momentum" || o.optimizer == "adagrad" ||
@@ -113,6 +119,7 @@ std::optional<Options> parse_options(int argc, char** argv) {
       ("data_dir", "folder with the MNIST IDX files (default: <repo>/data/mnist)", cxxopts::value<std::string>())
       ("data", "IDX folder or the course's mnist.json.gz", cxxopts::value<std::string>())
       ("threads", "intra-op threads (default: LibTorch's, which follows OMP_NUM_THREADS)", cxxopts::value<int>()->default_value("0"))
+      ("collective_timeout", "seconds a send, recv or collective waits for the other stage before giving up (exit 124)", cxxopts::value<int>()->default_value("120"))
       ("log_level", "debug | info | warn | error (default: DDL_LOG_LEVEL, else info)", cxxopts::value<std::string>())
       ("h,help", "print this help");
   // clang-format on
@@ -139,6 +146,7 @@ std::optional<Options> parse_options(int argc, char** argv) {
   o.single = r.count("single") > 0;
   o.device = r["device"].as<std::string>();
   o.threads = r["threads"].as<int>();
+  o.collective_timeout = r["collective_timeout"].as<int>();
   if (r.count("log_level")) o.log_level = r["log_level"].as<std::string>();
   require(!(r.count("data") && r.count("data_dir")), "give --data or --data_dir, not both");
   if (r.count("data")) o.data = r["data"].as<std::string>();
@@ -352,7 +360,7 @@ void wait_for_device(torch::nn::Module& module) {
 }
 
 LoopResult train_loop(const Options& opt, Role& role, std::int64_t dataset_size,
-                      torch::Device device) {
+                      torch::Device device, const FaultInjector& faults) {
   auto optimizer = mnist::make_optimizer(opt.optimizer, role.module().parameters(), opt.lr);
   // One shuffled order over the whole set, identical on both ranks (a world of one for the
   // sampler: both stages see every batch).
@@ -369,6 +377,8 @@ LoopResult train_loop(const Options& opt, Role& role, std::int64_t dataset_size,
       optimizer->step();
       optimizer->zero_grad();
       ++r.steps;
+      // Testing aid (DDL_FAULT): fail here, after the step's sends and receives, as a crash would.
+      faults.at_step(r.steps);
       const auto batch_id = static_cast<std::int64_t>(b);
       if (loss && (batch_id % opt.log_interval == 0 || !r.first_loss)) {
         const float value = loss->item<float>();
@@ -419,6 +429,7 @@ int train(const Options& opt) {
   if (pipeline) {
     ContextOptions context_options;
     context_options.backend = device.is_cuda() ? Backend::kAuto : Backend::kGloo;
+    context_options.collective_timeout = std::chrono::seconds(opt.collective_timeout);
     ctx = prepare_context(env, context_options);
   }
   std::unique_ptr<Role> role = make_role(pipeline, ctx.get(), device, data);
@@ -432,7 +443,8 @@ int train(const Options& opt) {
                mp::micro_batch_sizes(opt.batch_size, opt.micro_batches).size(), opt.optimizer,
                opt.lr);
 
-  const LoopResult r = train_loop(opt, *role, train_size, device);
+  const FaultInjector faults(vars, env.rank, env.contract ? env.contract->restart_count : 0);
+  const LoopResult r = train_loop(opt, *role, train_size, device, faults);
   const double images = static_cast<double>(r.steps * opt.batch_size);
   nlohmann::json summary = {
       {"rank", env.rank},
@@ -451,19 +463,19 @@ int train(const Options& opt) {
   };
   summary.update(role->describe());
   print_line(summary.dump());
-  return kOk;
+  return kExitOk;
 }
 
-std::string one_line(std::string text) {
-  for (char& c : text) {
-    if (c == '\n' || c == '\r') c = ' ';
+// The error that ends the program: a bad option value that logging::parse_level or make_optimizer
+// rejected (std::invalid_argument) is a usage error; LibTorch's and ours as torch_exit_for reads
+// them (each of ours carries its exit code, env/exit_codes.h).
+ErrorExit exit_for_trainer(const std::exception& error) {
+  if (dynamic_cast<const std::invalid_argument*>(&error)) return {kExitUsage, error.what()};
+  // The stages talk by send/recv as much as by collectives: "communication: ...".
+  if (const auto* e = dynamic_cast<const CommError*>(&error)) {
+    return {e->exit_code(), std::string("communication: ") + e->what()};
   }
-  return text;
-}
-
-int fail(ExitCode code, const std::string& what) {
-  std::cerr << "train_model_parallel: error: " << one_line(what) << std::endl;
-  return code;
+  return torch_exit_for(error);
 }
 
 }  // namespace
@@ -471,24 +483,10 @@ int fail(ExitCode code, const std::string& what) {
 
 int main(int argc, char** argv) {
   using namespace ddl;
-  try {
-    const std::optional<Options> options = parse_options(argc, argv);
-    return options ? train(*options) : kOk;
-  } catch (const UsageError& e) {
-    return fail(kUsage, std::string(e.what()) + " (see --help)");
-  } catch (const std::invalid_argument& e) {  // logging::parse_level, make_optimizer
-    return fail(kUsage, e.what());
-  } catch (const mnist::DataError& e) {
-    return fail(kBadData, e.what());
-  } catch (const env::EnvError& e) {
-    return fail(kParallel, std::string("environment: ") + e.what());
-  } catch (const StoreError& e) {
-    return fail(kParallel, std::string("rendezvous store: ") + e.what());
-  } catch (const CommError& e) {
-    return fail(kParallel, std::string("communication: ") + e.what());
-  } catch (const c10::Error& e) {
-    return fail(kFailed, e.what_without_backtrace());
-  } catch (const std::exception& e) {
-    return fail(kFailed, e.what());
-  }
+  return run_main(
+      [&] {
+        const std::optional<Options> options = parse_options(argc, argv);
+        return options ? train(*options) : kExitOk;
+      },
+      print_error("train_model_parallel"), exit_for_trainer);
 }

@@ -1,8 +1,9 @@
 // train_model_parallel end to end. The equivalence runs use a small IDX set this test writes (no
 // real data needed): the 2-rank pipeline under `launch` against --single on the same batches,
 // step by step. One short run on the real MNIST (DDL_SOURCE_DIR/data/mnist; skipped when missing)
-// checks the logs and accuracy, and the error exits are checked without data. Runs the built
-// executables from DDL_BIN_DIR; links no LibTorch.
+// checks the logs and accuracy, and the error exits are checked without data; a stage that hangs
+// makes the other give up at its deadline (exit 124) and `launch` dump the stuck stage's stack.
+// Runs the built executables from DDL_BIN_DIR; links no LibTorch.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -10,6 +11,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
@@ -238,6 +240,51 @@ TEST(ModelParallelE2E, BadOptionsExitTwo) {
   EXPECT_EQ(many.exit_code, 2) << many.output;
   const RunResult optimizer = run({kTrainer, "--optimizer", "lbfgs"}, tmp.file("c"));
   EXPECT_EQ(optimizer.exit_code, 2) << optimizer.output;
+}
+
+// Stage 1 hangs after its 3rd step (DDL_FAULT): stage 0 gives up at its 5 s deadline with exit
+// 124, as train_mnist does, so `launch` writes the stack of the stage still running to
+// LOG_DIR/stacks.0.txt before it stops it, names the innermost frame of our code, and exits 124.
+TEST(ModelParallelE2E, AStageThatGivesUpAtItsDeadlineGetsTheStuckStageDumped) {
+  TempDir tmp;
+  const std::string data = write_fixture(tmp);
+  const std::string log_dir = tmp.file("logs");
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e; ++e) {
+    const std::string entry = *e;
+    const std::size_t eq = entry.find('=');
+    if (eq != std::string::npos) env[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
+  env["DDL_FAULT"] = "rank=1,step=3,hang";
+  std::vector<std::string> args = {kBin + "/launch", "--nproc_per_node=2", "--log_dir", log_dir,
+                                   "--print_config=false", kTrainer, "--collective_timeout", "5"};
+  const std::vector<std::string> trainer_args = common_args(data, 20, 2);
+  args.insert(args.end(), trainer_args.begin(), trainer_args.end());
+  ddl::testing::SpawnOptions options;
+  options.argv = args;
+  options.env = env;
+  options.stdout_path = tmp.file("launch.out");
+  options.own_process_group = true;
+  ddl::testing::ChildProcess launch(std::move(options));
+  const std::optional<int> code = launch.wait(kRunTimeout);
+  const std::string out = read_file(tmp.file("launch.out"));
+  ASSERT_TRUE(code.has_value()) << "launch still running after " << kRunTimeout.count() << " s\n"
+                                << out;
+  EXPECT_EQ(*code, 124) << out;
+  const std::string rank0 = read_file(log_dir + "/workerlog.0");
+  EXPECT_NE(rank0.find("train_model_parallel: error: communication: "), std::string::npos)
+      << rank0;
+  EXPECT_NE(out.find("rank 0 exited with code 124 (a rendezvous or collective deadline"),
+            std::string::npos)
+      << out;
+  const fs::path stacks = fs::path(log_dir) / "stacks.0.txt";
+  ASSERT_TRUE(fs::exists(stacks)) << out;
+  const std::string text = read_file(stacks);
+  EXPECT_NE(text.find("stack dump: rank 0 exited with code 124"), std::string::npos) << text;
+  EXPECT_NE(text.find("==== rank 1 (pid"), std::string::npos) << text;
+  EXPECT_NE(text.find("rank 1: ddl::FaultInjector::at_step"), std::string::npos) << text;
+  EXPECT_NE(out.find("rank 1: ddl::FaultInjector::at_step"), std::string::npos) << out;
+  EXPECT_NE(out.find("stacks of 1 process(es) in " + stacks.string()), std::string::npos) << out;
 }
 
 TEST(ModelParallelE2E, MissingDataIsExitCodeThree) {
