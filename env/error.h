@@ -6,7 +6,7 @@
 //   int main(int argc, char** argv) {
 //     return ddl::run_main([&] { return train(argc, argv); }, ddl::print_error("train_mnist"));
 //   }
-//   // a StoreError("no key 'x'") prints "train_mnist: error: rendezvous store: no key 'x'", exits 5
+//   // StoreError("no key 'x'"): "train_mnist: error: rendezvous store: no key 'x'", exit 5
 #pragma once
 
 #include <exception>

@@ -10,7 +10,8 @@
 //   2      kExitUsage          bad command line or plan; a multi-    bad options (a world size the
 //                              node job that cannot form             program cannot run included)
 //   3      kExitBadData        -                                     data missing or malformed
-//   4      kExitBadCheckpoint  -                                     checkpoint unreadable/unwritable
+//   4      kExitBadCheckpoint  -                                     checkpoint not readable or
+//                                                                    writable
 //   5      kExitParallel       -                                     environment, rendezvous,
 //                                                                    collective or PS failure
 //   124    kExitDeadline       the hang guard fired, or a worker's   a rendezvous or collective
