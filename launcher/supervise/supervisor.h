@@ -1,4 +1,5 @@
-// Starting and watching the processes of this node.
+// Starting and watching the processes of this node: the agent loop (supervisor.cpp) over a
+// WorkerGroup (worker_group.h: spawn, reap, pipes, the stop sequence).
 //
 // supervise() starts every process in its own process group with its output on a pipe read by the
 // launcher, and returns when the job is over:
@@ -14,7 +15,7 @@
 // - the hang guard (hang_timeout > 0) fails the generation the same way when no running process
 //   has written anything for hang_timeout;
 // - after a failed generation the restart policy (launcher/supervise/restart_policy.h) decides:
-//   restart (every process, fresh, the generation factory asked for new launches) or stop with an
+//   restart (every process, fresh, the generation factory asked for new workers) or stop with an
 //   exit code; stopping after a failure prints one summary with the failed process's last lines;
 // - SIGINT/SIGTERM/SIGHUP to the launcher are forwarded to every process group and end the job
 //   (never a restart); a second one SIGKILLs the processes at once;
@@ -32,10 +33,7 @@
 
 #include <chrono>
 #include <functional>
-#include <map>
 #include <memory>
-#include <set>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -48,29 +46,9 @@
 #include "launcher/supervise/peers.h"
 #include "launcher/supervise/restart_policy.h"
 #include "launcher/supervise/supervisor_error.h"
-#include "launcher/supervise/worker_lookup.h"
+#include "launcher/supervise/worker.h"
 
 namespace ddl::launcher {
-
-// "rank 3" for a trainer (the wording of every message and console prefix), "server 1".
-std::string process_name(env::Role role, int index);
-// The log file name: "workerlog.3" for a trainer, "serverlog.1" for a server.
-std::string log_file_name(env::Role role, int index);
-
-struct WorkerLaunch {
-  env::Role role = env::Role::kTrainer;
-  int index = 0;                  // within the role: a trainer's global rank, a server's index
-  std::string executable;         // resolved path
-  std::vector<std::string> args;  // argv[1..]
-  env::EnvMap env;                // the process's whole environment
-  // Whether its lines go to the launcher's console. Unset: with a log folder, trainer 0 only;
-  // without one, every process. `prefix_echo`: behind "[rank N] " also with a log folder.
-  std::optional<bool> echo;
-  bool prefix_echo = false;
-
-  std::string name() const { return process_name(role, index); }
-  std::string log_name() const { return log_file_name(role, index); }
-};
 
 // The report and the stack dumps a supervisor feeds (see launcher/report/, launcher/diagnose/).
 class RunReport;
@@ -135,15 +113,15 @@ struct JobOutcome {
 // every call must return the same roles and indices in the same order (they name the log files).
 // An exception thrown for the first generation leaves supervise() (nothing has started); a later
 // one ends the job with the previous failure.
-using GenerationFactory = std::function<std::vector<WorkerLaunch>(Generation)>;
+using GenerationFactory = std::function<std::vector<Worker>(Generation)>;
 
 // Runs the job to the end (see the header comment). Throws SupervisorError when the log dir
-// cannot be created, a log file cannot be opened or two launches share a role and index (nothing
+// cannot be created, a log file cannot be opened or two workers share a role and index (nothing
 // has started then). A process that cannot be spawned stops the others, is not restarted, and
 // yields exit code 1.
 JobOutcome supervise(const GenerationFactory& make_generation, const SupervisorOptions& options);
 
 // The same, starting `workers` unchanged in every generation.
-JobOutcome supervise(const std::vector<WorkerLaunch>& workers, const SupervisorOptions& options);
+JobOutcome supervise(const std::vector<Worker>& workers, const SupervisorOptions& options);
 
 }  // namespace ddl::launcher

@@ -7,7 +7,8 @@
 #include <fstream>
 #include <set>
 
-#include "launcher/supervise/supervisor.h"
+#include "launcher/supervise/exit_status.h"
+#include "launcher/supervise/worker_lookup.h"
 
 namespace ddl::launcher {
 namespace {

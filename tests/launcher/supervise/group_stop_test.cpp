@@ -50,7 +50,8 @@ class Group {
   // The leader's wait status once it ended within `timeout`.
   std::optional<int> wait(milliseconds timeout) {
     int status = 0;
-    if (!status_ && wait_until([&] { return ::waitpid(pid_, &status, WNOHANG) == pid_; }, timeout)) {
+    if (!status_ &&
+        wait_until([&] { return ::waitpid(pid_, &status, WNOHANG) == pid_; }, timeout)) {
       status_ = status;
     }
     return status_;
@@ -121,11 +122,10 @@ TEST(GroupStop, FinishKillsWhatIsLeftInTheGroups) {
   stop.add(leader.pid(), "rank 0");
   ASSERT_TRUE(leader.wait(milliseconds(5000)));
   stop.reaped(leader.pid());
-  ASSERT_TRUE(wait_until([&] { return !live_members({leader.pid()}).empty(); },
-                         milliseconds(5000)));
+  ASSERT_TRUE(
+      wait_until([&] { return !live_members({leader.pid()}).empty(); }, milliseconds(5000)));
   stop.finish();
-  EXPECT_TRUE(wait_until([&] { return live_members({leader.pid()}).empty(); },
-                         milliseconds(5000)));
+  EXPECT_TRUE(wait_until([&] { return live_members({leader.pid()}).empty(); }, milliseconds(5000)));
 }
 
 TEST(GroupStop, ResetForgetsThePreviousGenerationAndItsPendingKill) {
