@@ -202,7 +202,7 @@ std::unique_ptr<ControlChannel> form_multi_node_job(const LaunchOptions& options
 // What this node's console shows. With --log_dir: this node's local rank 0 (Paddle 1.8 echoes
 // each node's first trainer), or the --local_ranks_filter ranks, and the --tee ranks as well;
 // servers only go to their logs. Without: every process, or the --local_ranks_filter trainers.
-bool shown_on_console(const LaunchOptions& options, const WorkerSpec& spec) {
+bool shown_on_console(const LaunchOptions& options, const PlannedWorker& spec) {
   const bool trainer = spec.contract.role == env::Role::kTrainer;
   const int local = spec.contract.local_rank;
   if (!options.log_dir) {
@@ -319,7 +319,7 @@ int run_job(const LaunchOptions& options, const JobContext& context) {
 
   auto launches_of = [&](const ClusterPlan& p) {
     std::vector<Worker> launches;
-    for (const WorkerSpec& spec : p.local) {
+    for (const PlannedWorker& spec : p.local) {
       Worker l;
       l.role = spec.contract.role;
       l.index = spec.contract.rank;
