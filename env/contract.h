@@ -92,10 +92,9 @@ inline constexpr const char* kRestartCount = "DDL_RESTART_COUNT";  // 0 on the f
 inline constexpr const char* kLogLevel = "DDL_LOG_LEVEL";      // debug|info|warn|error
 inline constexpr const char* kFault = "DDL_FAULT";             // fault injection (testing aid)
 
-// The exit code of a worker that gave up at a rendezvous or collective deadline: kExitDeadline
+// A worker that gives up at a rendezvous or collective deadline exits kExitDeadline
 // (env/exit_codes.h). The launcher then takes the stack traces of the processes still running
 // before it stops them: the stuck peer is among them (launcher/diagnose/).
-inline constexpr int kDeadlineExitCode = kExitDeadline;
 
 // Default rendezvous deadline when the contract does not set one.
 inline constexpr std::chrono::milliseconds kDefaultRendezvousTimeout{300'000};

@@ -90,8 +90,8 @@ struct NodePlace {
 
 // A planned process's variables: its contract (completed with what every process of the job
 // shares) written out, then the plan's additions.
-WorkerSpec make_spec(env::WorkerContract c, const LaunchOptions& options, const PlanInputs& inputs,
-                     const ClusterPlan& plan, NodePlace place) {
+PlannedWorker make_spec(env::WorkerContract c, const LaunchOptions& options,
+                        const PlanInputs& inputs, const ClusterPlan& plan, NodePlace place) {
   c.job_id = inputs.generation.job_id(inputs.job_id);
   c.secret = inputs.job_secret;
   c.restart_count = inputs.generation.index();
@@ -106,7 +106,7 @@ WorkerSpec make_spec(env::WorkerContract c, const LaunchOptions& options, const 
   if (!inputs.error_file_dir.empty() && c.role == env::Role::kTrainer) {
     c.error_file = inputs.error_file_dir + "/error." + std::to_string(c.rank) + ".json";
   }
-  WorkerSpec w;
+  PlannedWorker w;
   w.env = env::to_env(c);
   w.contract = std::move(c);
   if (plan.omp_threads_defaulted) {
@@ -361,13 +361,13 @@ std::string describe_plan(const ClusterPlan& plan) {
     return name == env::kJobSecret ? std::string("<hidden>") : value;
   };
   // The first process of each role is printed whole, the others by what differs from it.
-  const WorkerSpec* first[2] = {nullptr, nullptr};
-  for (const WorkerSpec& w : plan.local) {
+  const PlannedWorker* first[2] = {nullptr, nullptr};
+  for (const PlannedWorker& w : plan.local) {
     const bool server = w.contract.role == env::Role::kServer;
     const std::string noun = server ? "server " : "rank ";
     os << "----------- " << noun << w.contract.rank << " (local " << noun << w.contract.local_rank
        << ") environment";
-    const WorkerSpec*& base = first[server ? 1 : 0];
+    const PlannedWorker*& base = first[server ? 1 : 0];
     if (base == nullptr) {
       base = &w;
       os << " -----------\n";

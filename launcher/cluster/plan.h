@@ -63,8 +63,9 @@ struct PlanInputs {
   std::string error_file_dir;
 };
 
-// One worker this node starts.
-struct WorkerSpec {
+// One worker of this node as the plan makes it (docs/ARCHITECTURE.md, "One worker's names"):
+// the job turns it into a launcher/supervise/worker.h Worker.
+struct PlannedWorker {
   env::WorkerContract contract;  // rank, local rank, endpoints, gpu, ...
   env::EnvMap env;               // variables set on top of the caller's environment
   std::vector<std::string> removed;  // the caller's variables the process does not get
@@ -76,7 +77,7 @@ struct ClusterPlan {
   std::vector<env::Endpoint> server_endpoints;  // all servers, index order; empty: collective
   // Every trainer's device, rank order (env::WorkerContract::world_device_ids).
   std::vector<int> world_device_ids;
-  std::vector<WorkerSpec> local;  // this node's processes: servers (index order), then trainers
+  std::vector<PlannedWorker> local;  // this node's processes: servers (index order), then trainers
                                   // (local rank order)
   // OMP_NUM_THREADS the plan sets, when the caller had not set it (to be reported once).
   std::optional<int> omp_threads_defaulted;

@@ -465,122 +465,38 @@ bool ControlChannel::publish_failure(Store& store, const FailureRecord& record) 
   return now && *now == mine;  // another failure was first otherwise
 }
 
-void ControlChannel::watch_loop(std::shared_ptr<ExternalStop> stop) {
-  const int me = options_.node_rank;
-  auto next_beat = Clock::now();
-  bool delivered = false;
+// What the watch thread remembers between polls.
+struct ControlChannel::WatchState {
   struct Beat {
     std::int64_t value = -1;
     Clock::time_point changed;
   };
-  std::map<int, Beat> beats;
+  explicit WatchState(Store& store) : keys(store) {}
+
+  NodeKeys keys;  // on the watch connection
+  Clock::time_point next_beat = Clock::now();
+  bool delivered = false;             // the job's failure ("failed") was passed on
+  std::map<int, Beat> beats;          // node 0: the other nodes' heartbeat counters
   std::set<int> gone;                 // said goodbye or declared lost
   std::set<int> failure_delivered;    // generations whose failure was passed on
   std::set<int> success_delivered;    // ... whose success was
   std::set<int> admissions;           // node 0: generations failed to admit a waiting node
-  NodeKeys watch_keys(*watch_store_);
+};
+
+void ControlChannel::watch_loop(std::shared_ptr<ExternalStop> stop) {
+  WatchState state(*watch_store_);
   while (!stopping_) {
     try {
-      auto now = Clock::now();
-      if (now >= next_beat) {
-        watch_keys.heartbeats.add(NodeKeys::of(me), 1);
-        next_beat = now + options_.heartbeat_interval;
+      const auto now = Clock::now();
+      if (now >= state.next_beat) {
+        state.keys.heartbeats.add(NodeKeys::of(options_.node_rank), 1);
+        state.next_beat = now + options_.heartbeat_interval;
       }
-      int generation;
-      std::size_t members;
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        generation = current_generation_;
-        members = current_members_.size();
-      }
-      // Sleeps until the poll interval passed or the running generation failed somewhere.
-      const std::string gfailed = gen_key("gfailed", generation);
-      if (generation >= 0 && !failure_delivered.count(generation)) {
-        if (watch_store_->wait_for({gfailed}, kControlPollInterval)) {
-          failure_delivered.insert(generation);
-          const std::string value = text(watch_store_->get(gfailed, milliseconds(0)));
-          FailureRecord record;
-          try {
-            record = decode_failure(value, "key '" + gfailed + "' of the control store at " +
-                                               where());
-          } catch (const RecordError& e) {
-            record = FailureRecord{-1, std::nullopt, 1, e.what()};
-          }
-          if (record.node != me) {
-            std::lock_guard<std::mutex> lock(mutex_);
-            peer_generation_failure_ = record;
-          }
-          if (record.node != me || record.exit_code == 0) {
-            stop->generation_failed(Generation(generation), record.exit_code,
-                                    "generation " + std::to_string(generation) +
-                                        " failed on node " + std::to_string(record.node) + ": " +
-                                        record.what);
-          }
-        }
-      } else {
-        std::this_thread::sleep_for(kControlPollInterval);
-      }
-      if (generation >= 0 && !success_delivered.count(generation) &&
-          !failure_delivered.count(generation) &&
-          watch_store_->add(gen_key("done", generation), 0) >=
-              static_cast<std::int64_t>(members)) {
-        success_delivered.insert(generation);
-        stop->generation_succeeded(Generation(generation));
-      }
-      if (!delivered && watch_store_->check({kFailedKey})) {
-        const auto record = read_failure(*watch_store_);
-        delivered = true;
-        {
-          std::lock_guard<std::mutex> lock(mutex_);
-          seen_failure_ = record;
-        }
-        if (record && record->node != me) {
-          stop->request(record->exit_code, "node " + std::to_string(record->node) +
-                                               " failed first (" + record->str() + ")");
-        }
-      }
-      if (me != 0) continue;
-      if (elastic()) admit_waiting(*watch_store_, admissions);
-      now = Clock::now();
-      for (int n : claimed_nodes(*watch_store_)) {
-        if (n == 0 || gone.count(n)) continue;
-        if (watch_keys.goodbyes.check({NodeKeys::of(n)})) {
-          gone.insert(n);
-          continue;
-        }
-        const std::int64_t value = watch_keys.heartbeats.add(NodeKeys::of(n), 0);
-        if (value == 0) continue;  // not watching yet (still joining): nothing to miss
-        Beat& beat = beats[n];
-        if (value != beat.value) {
-          beat.value = value;
-          beat.changed = now;
-          continue;
-        }
-        if (now - beat.changed < options_.heartbeat_timeout) continue;
-        gone.insert(n);
-        std::vector<int> current;
-        {
-          std::lock_guard<std::mutex> lock(mutex_);
-          lost_nodes_.insert(n);
-          current = current_members_;
-        }
-        const FailureRecord lost{n, std::nullopt, 1,
-                                 "node " + std::to_string(n) +
-                                     "'s launcher stopped answering (no heartbeat for " +
-                                     seconds_text(options_.heartbeat_timeout) + " s)"};
-        spdlog::error("{}", lost.what);
-        const bool member = std::find(current.begin(), current.end(), n) != current.end();
-        if (elastic()) {
-          // The job goes on without it: the running generation fails and the next one is
-          // formed from the nodes still there.
-          if (member) {
-            watch_store_->compare_set(gen_key("gfailed", generation), std::nullopt,
-                                      bytes(encode_failure(lost)));
-          }
-        } else {
-          publish_failure(*watch_store_, lost);  // seen by every watcher, this one included
-        }
-      }
+      const int generation = watch_generation(state, *stop);
+      watch_job_failure(state, *stop);
+      if (options_.node_rank != 0) continue;
+      if (elastic()) admit_waiting(*watch_store_, state.admissions);
+      watch_peers(state, generation);
     } catch (const StoreError& e) {
       if (stopping_) return;
       const FailureRecord lost{0, std::nullopt, 1,
@@ -590,9 +506,113 @@ void ControlChannel::watch_loop(std::shared_ptr<ExternalStop> stop) {
         std::lock_guard<std::mutex> lock(mutex_);
         if (!seen_failure_) seen_failure_ = lost;
       }
-      if (!delivered) stop->request(lost.exit_code, lost.what);
+      if (!state.delivered) stop->request(lost.exit_code, lost.what);
       return;
     }
+  }
+}
+
+int ControlChannel::watch_generation(WatchState& state, ExternalStop& stop) {
+  const int me = options_.node_rank;
+  int generation;
+  std::size_t members;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    generation = current_generation_;
+    members = current_members_.size();
+  }
+  // Sleeps until the poll interval passed or the running generation failed somewhere.
+  const std::string gfailed = gen_key("gfailed", generation);
+  if (generation >= 0 && !state.failure_delivered.count(generation)) {
+    if (watch_store_->wait_for({gfailed}, kControlPollInterval)) {
+      state.failure_delivered.insert(generation);
+      const std::string value = text(watch_store_->get(gfailed, milliseconds(0)));
+      FailureRecord record;
+      try {
+        record = decode_failure(value, "key '" + gfailed + "' of the control store at " + where());
+      } catch (const RecordError& e) {
+        record = FailureRecord{-1, std::nullopt, 1, e.what()};
+      }
+      if (record.node != me) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        peer_generation_failure_ = record;
+      }
+      if (record.node != me || record.exit_code == 0) {
+        stop.generation_failed(Generation(generation), record.exit_code,
+                               "generation " + std::to_string(generation) + " failed on node " +
+                                   std::to_string(record.node) + ": " + record.what);
+      }
+    }
+  } else {
+    std::this_thread::sleep_for(kControlPollInterval);
+  }
+  if (generation >= 0 && !state.success_delivered.count(generation) &&
+      !state.failure_delivered.count(generation) &&
+      watch_store_->add(gen_key("done", generation), 0) >= static_cast<std::int64_t>(members)) {
+    state.success_delivered.insert(generation);
+    stop.generation_succeeded(Generation(generation));
+  }
+  return generation;
+}
+
+void ControlChannel::watch_job_failure(WatchState& state, ExternalStop& stop) {
+  if (state.delivered || !watch_store_->check({kFailedKey})) return;
+  const auto record = read_failure(*watch_store_);
+  state.delivered = true;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    seen_failure_ = record;
+  }
+  if (record && record->node != options_.node_rank) {
+    stop.request(record->exit_code,
+                 "node " + std::to_string(record->node) + " failed first (" + record->str() + ")");
+  }
+}
+
+void ControlChannel::watch_peers(WatchState& state, int generation) {
+  const auto now = Clock::now();
+  for (int n : claimed_nodes(*watch_store_)) {
+    if (n == 0 || state.gone.count(n)) continue;
+    if (state.keys.goodbyes.check({NodeKeys::of(n)})) {
+      state.gone.insert(n);
+      continue;
+    }
+    const std::int64_t value = state.keys.heartbeats.add(NodeKeys::of(n), 0);
+    if (value == 0) continue;  // not watching yet (still joining): nothing to miss
+    WatchState::Beat& beat = state.beats[n];
+    if (value != beat.value) {
+      beat.value = value;
+      beat.changed = now;
+      continue;
+    }
+    if (now - beat.changed < options_.heartbeat_timeout) continue;
+    state.gone.insert(n);
+    declare_lost(n, generation);
+  }
+}
+
+void ControlChannel::declare_lost(int node, int generation) {
+  std::vector<int> current;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    lost_nodes_.insert(node);
+    current = current_members_;
+  }
+  const FailureRecord lost{node, std::nullopt, 1,
+                           "node " + std::to_string(node) +
+                               "'s launcher stopped answering (no heartbeat for " +
+                               seconds_text(options_.heartbeat_timeout) + " s)"};
+  spdlog::error("{}", lost.what);
+  const bool member = std::find(current.begin(), current.end(), node) != current.end();
+  if (elastic()) {
+    // The job goes on without it: the running generation fails and the next one is formed from
+    // the nodes still there.
+    if (member) {
+      watch_store_->compare_set(gen_key("gfailed", generation), std::nullopt,
+                                bytes(encode_failure(lost)));
+    }
+  } else {
+    publish_failure(*watch_store_, lost);  // seen by every watcher, this one included
   }
 }
 

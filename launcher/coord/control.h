@@ -49,7 +49,7 @@
 #include "env/contract.h"
 #include "launcher/cluster/generation.h"
 #include "launcher/coord/records.h"
-#include "launcher/supervise/supervisor.h"
+#include "launcher/supervise/peers.h"
 
 namespace ddl {
 class Store;
@@ -152,7 +152,17 @@ class ControlChannel {
  private:
   // Options for a store client of this channel: job, secret and node as configured.
   TcpStoreOptions store_options(std::chrono::milliseconds connect_timeout) const;
+  // The watch thread (see watch()), one poll at a time: this node's heartbeat, the running
+  // generation's failure or success, the job's failure, and on node 0 the other nodes' heartbeats.
+  struct WatchState;
   void watch_loop(std::shared_ptr<ExternalStop> stop);
+  // Returns the generation it watched (-1 before the first join).
+  int watch_generation(WatchState& state, ExternalStop& stop);
+  void watch_job_failure(WatchState& state, ExternalStop& stop);
+  void watch_peers(WatchState& state, int generation);
+  // Node 0: `node` stopped answering while `generation` ran: it fails that generation (elastic)
+  // or the job.
+  void declare_lost(int node, int generation);
   // The record under "failed", if set. A malformed one is reported as a failure of unknown origin
   // (node -1) quoting the decoder's error: the job still fails fast.
   std::optional<FailureRecord> read_failure(Store& store);

@@ -16,6 +16,8 @@
 #include <filesystem>
 #include <thread>
 
+#include "env/exit_codes.h"
+
 namespace ddl::launcher {
 
 namespace {
@@ -47,7 +49,7 @@ struct Child {
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   // The parent may have died between fork() and prctl(); then nobody would kill us.
-  if (::getppid() != parent) ::_exit(127);
+  if (::getppid() != parent) ::_exit(kExitNotFound);
   ::dup2(in_fd, STDIN_FILENO);
   ::dup2(out_fd, STDOUT_FILENO);
   ::dup2(err_fd, STDERR_FILENO);
@@ -67,7 +69,7 @@ struct Child {
   ::execve(argv[0], argv, envp);
   const char message[] = "cannot execute the stack tool\n";
   [[maybe_unused]] ssize_t ignored = ::write(STDERR_FILENO, message, sizeof(message) - 1);
-  ::_exit(127);
+  ::_exit(kExitNotFound);
 }
 
 // Starts one tool; fills child.fds and result.pid, or result.start_error.

@@ -20,6 +20,7 @@
 #include "launcher/coord/control.h"
 #include "launcher/report/run_report.h"
 #include "launcher/supervise/supervisor.h"
+#include "launcher/supervise/worker_lookup.h"
 #include "net/ports.h"
 
 namespace ddl::launcher {
@@ -201,7 +202,7 @@ std::unique_ptr<ControlChannel> form_multi_node_job(const LaunchOptions& options
 // What this node's console shows. With --log_dir: this node's local rank 0 (Paddle 1.8 echoes
 // each node's first trainer), or the --local_ranks_filter ranks, and the --tee ranks as well;
 // servers only go to their logs. Without: every process, or the --local_ranks_filter trainers.
-bool shown_on_console(const LaunchOptions& options, const WorkerSpec& spec) {
+bool shown_on_console(const LaunchOptions& options, const PlannedWorker& spec) {
   const bool trainer = spec.contract.role == env::Role::kTrainer;
   const int local = spec.contract.local_rank;
   if (!options.log_dir) {
@@ -317,9 +318,9 @@ int run_job(const LaunchOptions& options, const JobContext& context) {
   }
 
   auto launches_of = [&](const ClusterPlan& p) {
-    std::vector<WorkerLaunch> launches;
-    for (const WorkerSpec& spec : p.local) {
-      WorkerLaunch l;
+    std::vector<Worker> launches;
+    for (const PlannedWorker& spec : p.local) {
+      Worker l;
       l.role = spec.contract.role;
       l.index = spec.contract.rank;
       l.echo = shown_on_console(options, spec);
@@ -331,8 +332,8 @@ int run_job(const LaunchOptions& options, const JobContext& context) {
     }
     // Lines of several processes on one console need their names.
     const auto shown = std::count_if(launches.begin(), launches.end(),
-                                     [](const WorkerLaunch& l) { return *l.echo; });
-    for (WorkerLaunch& l : launches) l.prefix_echo = shown > 1;
+                                     [](const Worker& l) { return *l.echo; });
+    for (Worker& l : launches) l.prefix_echo = shown > 1;
     return launches;
   };
   const GenerationFactory generations = [&](Generation generation) {

@@ -64,7 +64,7 @@ RestartDecision RestartPolicy::decide(const GenerationEnd& end) const {
   } else if (end.interrupt_signal) {
     d.exit_code = 128 + *end.interrupt_signal;
   } else if (end.state == JobState::kSpawnFailed) {
-    d.exit_code = kSpawnFailedExitCode;
+    d.exit_code = kExitError;
   } else if (end.external_exit_code) {
     d.exit_code = *end.external_exit_code;
   } else {

@@ -17,11 +17,6 @@
 
 namespace ddl::launcher {
 
-// The launcher's exit code when the hang guard ended the job.
-inline constexpr int kHangExitCode = kExitDeadline;
-// The exit code when a worker could not be started (or a restart could not be prepared).
-inline constexpr int kSpawnFailedExitCode = kExitError;
-
 // Ordered: a later state overrides an earlier one, never the reverse (kWorkerFailed, kHung and
 // kPeerFailed are alternatives: the first of them stays).
 enum class JobState {
@@ -45,7 +40,7 @@ struct GenerationEnd {
   Generation generation;  // the generation that ended (or is ending)
   JobState state = JobState::kRunning;
   // The generation's own failure: the first failed process's exit code (128+signal when killed),
-  // kHangExitCode for the hang guard, the other node's code for kPeerFailed. Kept when a later state overrides kWorkerFailed/kHung.
+  // kExitDeadline for the hang guard, the other node's code for kPeerFailed. Kept when a later state overrides kWorkerFailed/kHung.
   std::optional<int> failure_exit_code;
   std::optional<int> interrupt_signal;    // the signal the launcher got, if any
   std::optional<int> external_exit_code;  // what ExternalStop asked to exit with, if it did
@@ -67,7 +62,7 @@ struct RestartDecision {
 // Restarts after a failed generation (kWorkerFailed, kHung or kPeerFailed) while fewer than max_restarts
 // restarts have happened; never after a spawn failure, an interrupt or an external stop. The exit
 // code when stopping, first rule that applies: the generation's failure code; 128+signal after an
-// interrupt; kSpawnFailedExitCode after a spawn failure; the external stop's code; 0.
+// interrupt; kExitError after a spawn failure; the external stop's code; 0.
 class RestartPolicy {
  public:
   // Throws std::invalid_argument for a negative max_restarts.

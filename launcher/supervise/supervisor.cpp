@@ -1,31 +1,17 @@
-// The job's state machine on this node: starting a generation, reaping, the hang guard, signals,
-// external stops, and asking the restart policy when a generation ends. The pieces it drives live
-// next to it: output.h (log fan-out), group_stop.h (the stop sequence), watchdog.h.
+// The agent loop of this node: one generation at a time, started through a WorkerGroup
+// (worker_group.h, the processes themselves), watched by the hang guard and the servers' grace,
+// told about signals and the other nodes' news, and ended by asking the restart policy.
 #include "launcher/supervise/supervisor.h"
 
-#include <fcntl.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
-#include <sys/prctl.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/process/args.hpp>
-#include <boost/process/child.hpp>
-#include <boost/process/env.hpp>
-#include <boost/process/environment.hpp>
-#include <boost/process/exe.hpp>
-#include <boost/process/extend.hpp>
-#include <boost/process/io.hpp>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <set>
@@ -35,41 +21,19 @@
 #include "launcher/diagnose/stacks.h"
 #include "launcher/report/run_report.h"
 #include "launcher/supervise/exit_status.h"
-#include "launcher/supervise/error_file.h"
-#include "launcher/supervise/group_stop.h"
-#include "launcher/supervise/watchdog.h"
+#include "launcher/supervise/worker_group.h"
 
 namespace ddl::launcher {
 
 namespace asio = boost::asio;
-namespace bp = boost::process;
 namespace fs = std::filesystem;
 
 namespace {
 
-// After the last process is reaped, how long to wait for its output pipe to reach EOF (a
-// grandchild outside the process group may hold it open).
-constexpr std::chrono::milliseconds kDrainTimeout{1000};
-
 using Clock = std::chrono::steady_clock;
+using Process = WorkerGroup::Process;
 
 WallClock::time_point wall_now() { return WallClock::now(); }
-
-// Runs in the forked child before exec: own process group, die with the launcher, output to the
-// pipe, signal state as a fresh process expects it.
-void prepare_child(pid_t launcher_pid, int out_fd) {
-  ::setpgid(0, 0);
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  // The launcher may have died between fork() and prctl(); then nobody would kill us.
-  if (::getppid() != launcher_pid) ::_exit(127);
-  ::dup2(out_fd, STDOUT_FILENO);
-  ::dup2(out_fd, STDERR_FILENO);
-  // Ignored signals stay ignored across exec; the launcher ignores SIGPIPE for itself only.
-  ::signal(SIGPIPE, SIG_DFL);
-  sigset_t none;
-  sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);
-}
 
 // "1", "0.5", "2.25": a duration as a user would type it after --hang_timeout.
 std::string seconds_text(std::chrono::milliseconds ms) {
@@ -90,36 +54,49 @@ std::string index_range(env::Role role, int first, int last) {
          std::to_string(first) + ".." + std::to_string(last);
 }
 
-// One launched process. Its output lasts for the whole job; everything else describes its
-// process in the current generation and is reset on a restart.
-struct Worker {
-  env::Role role = env::Role::kTrainer;
-  int index = 0;
-  std::string name;  // "rank 3", "server 1"
-  pid_t pid = -1;    // also the process group id
-  bool started = false;
-  bool running = false;
-  int status = 0;  // wait status once reaped
-  struct rusage usage {};  // once reaped
-  std::string error_file;  // TORCHELASTIC_ERROR_FILE; empty when not set
-  std::optional<std::string> recorded_error;  // what it wrote there before failing
-
-  std::unique_ptr<asio::posix::stream_descriptor> pipe;
-  bool eof = true;
-  std::array<char, 16384> buffer{};
-  Clock::time_point last_output;  // start of the process, then its latest output
-  ProcessOutput* output = nullptr;  // owned by the supervisor, by log name
-
-  // Forgets the previous generation's process (reaped and drained by now).
-  void reset_generation() {
-    pid = -1;
-    started = running = false;
-    status = 0;
-    usage = {};
-    recorded_error.reset();
-    pipe.reset();
-    eof = true;
+// "(ranks 0..3)", "(servers 0..1, ranks 0..1)": the indices of each role, in launch order.
+std::string describe_indices(const std::vector<Worker>& workers) {
+  std::string out;
+  std::size_t i = 0;
+  while (i < workers.size()) {
+    std::size_t j = i;
+    while (j + 1 < workers.size() && workers[j + 1].role == workers[i].role) ++j;
+    out += (out.empty() ? "" : ", ") +
+           index_range(workers[i].role, workers[i].index, workers[j].index);
+    i = j + 1;
   }
+  return "(" + out + ")";
+}
+
+std::optional<int> rank_of(const Process& p) {
+  if (p.role == env::Role::kTrainer) return p.index;
+  return std::nullopt;
+}
+
+bool exited_zero(const Process& p) {
+  return p.started && !p.running && WIFEXITED(p.status) && WEXITSTATUS(p.status) == 0;
+}
+
+// How a reaped process ended, with the exception it recorded in its error file, e.g.
+// "exited with code 1 (RuntimeError: boom)".
+std::string ended(const Process& p) {
+  const std::string status = describe_status(p.status);
+  return p.recorded_error ? status + " (" + *p.recorded_error + ")" : status;
+}
+
+std::string log_of(const Process& p, const std::string& without) {
+  return p.output->log_path().empty() ? without : p.output->log_path();
+}
+
+// Where the current generation is. Together with JobState (what went wrong, for the restart
+// policy) and the WorkerGroup's stop sequence, this is all the loop's state.
+enum class Phase {
+  kRunning,          // processes run (some may have exited 0)
+  kServerGrace,      // every trainer exited 0; the servers' grace runs
+  kDraining,         // every process is reaped; waiting for their pipes to reach EOF
+  kWaitingForPeers,  // multi-node: this node's part succeeded, the others' is not known yet
+  kRestarting,       // the next generation is about to start (restart() is posted)
+  kDone,             // the job is over; io_context stops
 };
 
 class Supervisor {
@@ -128,11 +105,12 @@ class Supervisor {
       : options_(options),
         make_generation_(make_generation),
         signals_(io_, SIGCHLD, SIGINT, SIGTERM),
-        drain_timer_(io_),
         hang_timer_(io_),
         grace_timer_(io_),
-        stop_(io_, options.kill_timeout),
         console_(STDOUT_FILENO),
+        group_(
+            io_, options.kill_timeout,
+            WorkerGroup::Events{[this](Process& p) { on_exited(p); }, [this] { maybe_finish(); }}),
         generation_(options.first_generation) {
     signals_.add(SIGHUP);
     signals_.add(SIGQUIT);  // torchrun forwards it too
@@ -140,19 +118,16 @@ class Supervisor {
   }
 
   JobOutcome run() {
-    const std::vector<WorkerLaunch> launches = make_generation_(generation_);
-    open_outputs(launches);
-    Watchdog watchdog;
-    watchdog_ = &watchdog;
+    const std::vector<Worker> workers = make_generation_(generation_);
+    open_outputs(workers);
     wait_for_signal();
     if (options_.external_stop) {
       options_.external_stop->set_waker(
           [this] { asio::post(io_, [this] { on_external_event(); }); });
     }
-    start_generation(launches);
+    start_generation(workers);
     io_.run();
     if (options_.external_stop) options_.external_stop->set_waker(nullptr);
-    watchdog_ = nullptr;
     JobOutcome out = report();
     finish_report(out);
     return out;
@@ -163,7 +138,7 @@ class Supervisor {
   }
 
  private:
-  void open_outputs(const std::vector<WorkerLaunch>& launches) {
+  void open_outputs(const std::vector<Worker>& workers) {
     if (options_.log_dir) {
       std::error_code ec;
       fs::create_directories(*options_.log_dir, ec);
@@ -173,140 +148,83 @@ class Supervisor {
       }
     }
     std::set<std::pair<env::Role, int>> seen;
-    for (const WorkerLaunch& l : launches) {
-      if (!seen.emplace(l.role, l.index).second) {
-        throw SupervisorError("two processes of the job are both " + l.name());
+    for (const Worker& w : workers) {
+      if (!seen.emplace(w.role, w.index).second) {
+        throw SupervisorError("two processes of the job are both " + w.name());
       }
-      auto w = std::make_unique<Worker>();
-      w->role = l.role;
-      w->index = l.index;
-      w->name = l.name();
-      w->output = &output_for(l);
-      workers_.push_back(std::move(w));
+      group_.add(w, output_for(w));
     }
   }
 
-  // The output of the process named by `l`'s role and index, opened on first use: a log file
+  // The output of the worker named by `w`'s role and index, opened on first use: a log file
   // keeps its name for the whole job, even when an elastic restart gives it to another process.
-  ProcessOutput& output_for(const WorkerLaunch& l) {
-    auto& slot = outputs_[l.log_name()];
+  ProcessOutput& output_for(const Worker& w) {
+    auto& slot = outputs_[w.log_name()];
     if (slot) return *slot;
-    const std::string prefix = "[" + l.name() + "] ";
+    const std::string prefix = "[" + w.name() + "] ";
     if (options_.log_dir) {
       const bool echo =
-          l.echo.value_or(l.role == env::Role::kTrainer && l.index == 0) && !options_.quiet;
+          w.echo.value_or(w.role == env::Role::kTrainer && w.index == 0) && !options_.quiet;
       slot = std::make_unique<ProcessOutput>(
-          l.name(), (fs::path(*options_.log_dir) / l.log_name()).string(), echo,
-          l.prefix_echo ? prefix : "", console_, options_.append_logs);
+          w.name(), (fs::path(*options_.log_dir) / w.log_name()).string(), echo,
+          w.prefix_echo ? prefix : "", console_, options_.append_logs);
     } else {
-      slot = std::make_unique<ProcessOutput>(l.name(), "", l.echo.value_or(true), prefix, console_);
+      slot = std::make_unique<ProcessOutput>(w.name(), "", w.echo.value_or(true), prefix, console_);
     }
     if (options_.report) {
-      const std::string name = l.name();
+      const std::string name = w.name();
       RunReport* report = options_.report;
       slot->on_line([report, name](const std::string& line) { report->process_line(name, line); });
     }
     return *slot;
   }
 
-  // "(ranks 0..3)", "(servers 0..1, ranks 0..1)": the indices of each role, in launch order.
-  static std::string describe_indices(const std::vector<WorkerLaunch>& launches) {
-    std::string out;
-    std::size_t i = 0;
-    while (i < launches.size()) {
-      std::size_t j = i;
-      while (j + 1 < launches.size() && launches[j + 1].role == launches[i].role) ++j;
-      out += (out.empty() ? "" : ", ") +
-             index_range(launches[i].role, launches[i].index, launches[j].index);
-      i = j + 1;
-    }
-    return "(" + out + ")";
-  }
-
   // Starts every process of the current generation and arms the hang guard.
-  void start_generation(const std::vector<WorkerLaunch>& launches) {
-    stop_.reset();
-    all_reaped_ = false;
+  void start_generation(const std::vector<Worker>& workers) {
+    group_.begin_generation();
+    phase_ = Phase::kRunning;
     state_ = JobState::kRunning;
     first_failure_ = nullptr;
     hang_message_.clear();
     grace_timer_.cancel();
-    server_grace_begun_ = false;
     servers_stopped_ = 0;
     peer_failure_.reset();
-    job_succeeded_ = false;
-    success_told_ = false;
     if (options_.report) {
       int world_size = 0;
-      for (const WorkerLaunch& l : launches) {
-        if (l.role != env::Role::kTrainer) continue;
-        if (auto v = env::lookup(l.env, env::kWorldSize)) world_size = std::atoi(v->c_str());
+      for (const Worker& w : workers) {
+        if (w.role != env::Role::kTrainer) continue;
+        if (auto v = env::lookup(w.env, env::kWorldSize)) world_size = std::atoi(v->c_str());
         break;
       }
       options_.report->generation_started(generation_.index(), wall_now(), world_size);
     }
-    if (!launches.empty()) {
+    if (!workers.empty()) {
       spdlog::info("{}starting {} worker(s) {}: {}",
                    generation_.first()
                        ? std::string()
                        : "restart " + std::to_string(generation_.index()) + " of " +
                              std::to_string(options_.restart_policy.max_restarts()) + ": ",
-                   launches.size(), describe_indices(launches), launches.front().executable);
+                   workers.size(), describe_indices(workers), workers.front().executable);
     }
-    for (std::size_t i = 0; i < launches.size() && !stop_.begun(); ++i) {
-      start(*workers_[i], launches[i]);
-    }
+    for (std::size_t i = 0; i < workers.size() && !group_.stopping(); ++i) start(i, workers[i]);
     reap();  // a process may already be gone
-    if (!stop_.begun()) arm_hang_guard(Clock::now() + options_.hang_timeout);
+    if (!group_.stopping()) arm_hang_guard(Clock::now() + options_.hang_timeout);
     // News about this generation may have come while it was being started.
     on_external_event();
     maybe_finish();
   }
 
-  void start(Worker& w, const WorkerLaunch& l) {
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) {
-      spawn_failed(w, std::string("pipe2: ") + std::strerror(errno));
+  void start(std::size_t i, const Worker& w) {
+    std::string error;
+    if (!group_.start(i, w, error)) {
+      spawn_failed(*group_.processes()[i], error);
       return;
     }
-    bp::environment environment;
-    for (const auto& [name, value] : l.env) environment[name] = value;
-    w.error_file = env::lookup(l.env, env::kElasticErrorFile).value_or("");
-    if (std::string why; !w.error_file.empty() && !remove_error_file(w.error_file, why)) {
-      spdlog::warn("{}: {}", w.name, why);
-    }
-    const pid_t launcher_pid = ::getpid();
-    const int out_fd = fds[1];
-    try {
-      bp::child child(
-          bp::exe = l.executable, bp::args = l.args, environment, bp::std_in < bp::null,
-          bp::extend::on_exec_setup = [launcher_pid, out_fd](auto&) {
-            prepare_child(launcher_pid, out_fd);
-          });
-      w.pid = child.id();
-      child.detach();  // we reap it ourselves (SIGCHLD + waitpid)
-    } catch (const std::exception& e) {
-      ::close(fds[0]);
-      ::close(fds[1]);
-      spawn_failed(w, e.what());
-      return;
-    }
-    ::close(fds[1]);
-    // The child did this itself before exec; repeating it closes no race but costs nothing.
-    ::setpgid(w.pid, w.pid);
-    watchdog_->guard(w.pid);
-    stop_.add(w.pid, w.name);
-    w.started = true;
-    w.running = true;
-    w.eof = false;
-    w.last_output = Clock::now();
-    w.pipe = std::make_unique<asio::posix::stream_descriptor>(io_, fds[0]);
-    spdlog::debug("started {} as pid {}: {}", w.name, w.pid, l.executable);
     if (options_.report) {
-      options_.report->process_started(w.name, w.role == env::Role::kServer, w.index,
-                                       generation_.index(), w.pid, wall_now());
+      const Process& p = *group_.processes()[i];
+      options_.report->process_started(p.name, p.role == env::Role::kServer, p.index,
+                                       generation_.index(), p.pid, wall_now());
     }
-    read_output(w);
   }
 
   // Moves the job to `next` unless the current state outranks it.
@@ -319,7 +237,7 @@ class Supervisor {
     end.generation = generation_;
     end.state = state_;
     if (first_failure_) end.failure_exit_code = exit_code_of(first_failure_->status);
-    if (!hang_message_.empty()) end.failure_exit_code = kHangExitCode;
+    if (!hang_message_.empty()) end.failure_exit_code = kExitDeadline;
     if (!first_failure_ && hang_message_.empty() && peer_failure_) {
       end.failure_exit_code = peer_failure_->first;
     }
@@ -331,17 +249,12 @@ class Supervisor {
     return end;
   }
 
-  void spawn_failed(Worker& w, const std::string& why) {
-    spawn_error_ = "could not start " + w.name + ": " + why;
+  void spawn_failed(const Process& p, const std::string& why) {
+    spawn_error_ = "could not start " + p.name + ": " + why;
     spdlog::error("{}", spawn_error_);
     enter(JobState::kSpawnFailed);
-    notify_failure(FailureNotice{rank_of(w), kSpawnFailedExitCode, spawn_error_});
+    notify_failure(FailureNotice{rank_of(p), kExitError, spawn_error_});
     begin_stop(SIGTERM);
-  }
-
-  static std::optional<int> rank_of(const Worker& w) {
-    if (w.role == env::Role::kTrainer) return w.index;
-    return std::nullopt;
   }
 
   // Tells options_.on_failure, once, that this node's job ends failed.
@@ -370,37 +283,35 @@ class Supervisor {
     if (!d.restart()) notify_failure(FailureNotice{rank, d.exit_code, what});
   }
 
-  // News from the other nodes: the job is over, this generation failed there, or every node's
-  // part of it succeeded.
+  // News from the other nodes: the job is over, or this generation failed there. (That every
+  // node's part of it succeeded is read by maybe_finish().)
   void on_external_event() {
-    if (done_ || !options_.external_stop) return;
+    if (phase_ == Phase::kDone || !options_.external_stop) return;
     on_external_stop();
-    if (external_ || restart_pending_) return;
+    if (external_ || phase_ == Phase::kRestarting) return;
     if (auto failure = options_.external_stop->generation_failure(generation_)) {
       if (!peer_failure_ && state_ == JobState::kRunning) {
         peer_failure_ = failure;
         history_.push_back(failure->second);  // "generation K failed on node N: ..."
         enter(JobState::kPeerFailed);
-        if (!stop_.begun() && live_workers() > 0) {
-          spdlog::error("{}: stopping {} worker(s)", failure->second, live_workers());
+        if (!group_.stopping() && group_.running() > 0) {
+          spdlog::error("{}: stopping {} worker(s)", failure->second, group_.running());
           begin_stop(SIGTERM);
         }
       }
-    } else if (!job_succeeded_ && options_.external_stop->succeeded(generation_)) {
-      job_succeeded_ = true;
     }
     maybe_finish();
   }
 
   // Another thread asked the job to stop (another node failed for good).
   void on_external_stop() {
-    if (done_ || external_) return;
+    if (phase_ == Phase::kDone || external_) return;
     auto request = options_.external_stop->requested();
     if (!request) return;
     external_ = request;
     enter(JobState::kStoppedExternally);
-    if (!stop_.begun() && live_workers() > 0) {
-      spdlog::error("{}: stopping {} worker(s)", request->second, live_workers());
+    if (!group_.stopping() && group_.running() > 0) {
+      spdlog::error("{}: stopping {} worker(s)", request->second, group_.running());
       begin_stop(SIGTERM);
     }
     maybe_finish();
@@ -416,18 +327,18 @@ class Supervisor {
       } else {
         on_interrupt(signo);
       }
-      if (!done_) wait_for_signal();
+      if (phase_ != Phase::kDone) wait_for_signal();
       maybe_finish();
     });
   }
 
   // Any of these signals ends the job: no restart follows, whatever state the job is in.
   void on_interrupt(int signo) {
-    if (!stop_.begun()) {
+    if (!group_.stopping()) {
       interrupt_ = signo;
       enter(JobState::kInterrupted);
       spdlog::warn("received {}: forwarding it to {} worker(s); send it again to kill them at once",
-                   signal_name(signo), live_workers());
+                   signal_name(signo), group_.running());
       notify_failure(FailureNotice{std::nullopt, 128 + signo,
                                    "the launcher was stopped by " + signal_name(signo)});
       begin_stop(signo);
@@ -436,107 +347,82 @@ class Supervisor {
     // Told again, or told while stopping after a failure: no more patience.
     if (!interrupt_) interrupt_ = signo;
     enter(JobState::kInterrupted);
-    if (live_workers() > 0) {
+    if (group_.running() > 0) {
       spdlog::warn("received {} while stopping: killing {} worker(s) now", signal_name(signo),
-                   live_workers());
-      stop_.kill_now();
+                   group_.running());
+      group_.kill_now();
     }
-  }
-
-  int live_workers() const {
-    int n = 0;
-    for (const auto& w : workers_) n += w->running;
-    return n;
   }
 
   void begin_stop(int signo) {
     hang_timer_.cancel();
     grace_timer_.cancel();
-    stop_.begin(signo);
-  }
-
-  static bool exited_zero(const Worker& w) {
-    return w.started && !w.running && WIFEXITED(w.status) && WEXITSTATUS(w.status) == 0;
+    group_.stop(signo);
   }
 
   // Servers after the trainers (see supervisor.h): once every trainer exited 0, the servers still
   // running have server_grace to follow; then they are stopped and the generation succeeds.
   void maybe_begin_server_grace() {
-    if (server_grace_begun_ || stop_.begun()) return;
+    if (phase_ != Phase::kRunning || group_.stopping()) return;
     int trainers = 0;
     int servers_running = 0;
-    for (const auto& w : workers_) {
-      if (w->role == env::Role::kTrainer) {
-        if (!exited_zero(*w)) return;
+    for (const auto& p : group_.processes()) {
+      if (p->role == env::Role::kTrainer) {
+        if (!exited_zero(*p)) return;
         ++trainers;
       } else {
-        servers_running += w->running;
+        servers_running += p->running;
       }
     }
     if (trainers == 0 || servers_running == 0) return;
-    server_grace_begun_ = true;
+    phase_ = Phase::kServerGrace;
     hang_timer_.cancel();  // the grace bounds the wait from here on
     spdlog::debug("all {} trainer(s) exited with code 0; {} server(s) have {} s to exit", trainers,
                   servers_running, seconds_text(options_.server_grace));
     const Generation generation = generation_;
     grace_timer_.expires_after(options_.server_grace);
     grace_timer_.async_wait([this, generation, trainers](const boost::system::error_code& ec) {
-      if (ec || generation != generation_ || stop_.begun()) return;
-      servers_stopped_ = live_workers();
+      if (ec || generation != generation_ || group_.stopping()) return;
+      servers_stopped_ = group_.running();
       if (servers_stopped_ == 0) return;
       spdlog::info(
           "all {} trainer(s) exited with code 0 and {} server(s) are still running {} s later "
           "(--server_grace): stopping them (SIGTERM, SIGKILL after {} s); the job succeeds",
           trainers, servers_stopped_, seconds_text(options_.server_grace),
           seconds_text(options_.kill_timeout));
-      stop_.begin(SIGTERM);
+      group_.stop(SIGTERM);
     });
   }
 
   void reap() {
-    for (const auto& w : workers_) {
-      if (!w->running) continue;
-      int status = 0;
-      pid_t r;
-      do {
-        r = ::wait4(w->pid, &status, WNOHANG, &w->usage);
-      } while (r < 0 && errno == EINTR);
-      if (r == 0) continue;
-      w->running = false;
-      stop_.reaped(w->pid);
-      if (r < 0) {
-        // Not our child any more (cannot happen unless someone else reaped it).
-        spdlog::error("waitpid({} pid {}): {}", w->name, w->pid, std::strerror(errno));
-        w->status = 0xff00;  // exit code 255
-      } else {
-        w->status = status;
-      }
-      const bool failed = !(WIFEXITED(w->status) && WEXITSTATUS(w->status) == 0);
-      spdlog::debug("{} (pid {}) {}", w->name, w->pid, describe_status(w->status));
-      if (options_.report) {
-        ProcessUsage usage;
-        usage.cpu_seconds = static_cast<double>(w->usage.ru_utime.tv_sec + w->usage.ru_stime.tv_sec) +
-                            static_cast<double>(w->usage.ru_utime.tv_usec + w->usage.ru_stime.tv_usec) / 1e6;
-        usage.peak_rss_kib = w->usage.ru_maxrss;
-        options_.report->process_exited(w->name, generation_.index(), w->status, usage, wall_now());
-      }
-      if (failed && !w->error_file.empty()) w->recorded_error = read_error_message(w->error_file);
-      if (failed && !stop_.begun() && state_ == JobState::kRunning) {
-        first_failure_ = w.get();
-        enter(JobState::kWorkerFailed);
-        // A rank that gave up at a deadline waited for a peer: the stuck one is still running.
-        if (WIFEXITED(w->status) && WEXITSTATUS(w->status) == env::kDeadlineExitCode &&
-            live_workers() > 0) {
-          dump_stacks(w->name + " exited with code " + std::to_string(env::kDeadlineExitCode) +
-                      " (a rendezvous or collective deadline passed)");
-        }
-        spdlog::error("{} (pid {}) {}: stopping the other {} worker(s)", w->name, w->pid,
-                      ended(*w), live_workers());
-        notify_if_final(rank_of(*w), w->name + " " + ended(*w));
-        begin_stop(SIGTERM);
-      }
-    }
+    group_.reap();
     maybe_begin_server_grace();
+  }
+
+  // A process of this generation was reaped (WorkerGroup::Events::exited).
+  void on_exited(Process& p) {
+    if (options_.report) {
+      ProcessUsage usage;
+      usage.cpu_seconds =
+          static_cast<double>(p.usage.ru_utime.tv_sec + p.usage.ru_stime.tv_sec) +
+          static_cast<double>(p.usage.ru_utime.tv_usec + p.usage.ru_stime.tv_usec) / 1e6;
+      usage.peak_rss_kib = p.usage.ru_maxrss;
+      options_.report->process_exited(p.name, generation_.index(), p.status, usage, wall_now());
+    }
+    const bool failed = !(WIFEXITED(p.status) && WEXITSTATUS(p.status) == 0);
+    if (!failed || group_.stopping() || state_ != JobState::kRunning) return;
+    first_failure_ = &p;
+    enter(JobState::kWorkerFailed);
+    // A rank that gave up at a deadline waited for a peer: the stuck one is still running.
+    if (WIFEXITED(p.status) && WEXITSTATUS(p.status) == kExitDeadline &&
+        group_.running() > 0) {
+      dump_stacks(p.name + " exited with code " + std::to_string(kExitDeadline) +
+                  " (a rendezvous or collective deadline passed)");
+    }
+    spdlog::error("{} (pid {}) {}: stopping the other {} worker(s)", p.name, p.pid, ended(p),
+                  group_.running());
+    notify_if_final(rank_of(p), p.name + " " + ended(p));
+    begin_stop(SIGTERM);
   }
 
   // The hang guard: wakes up when the newest output of any running process is hang_timeout old.
@@ -545,7 +431,9 @@ class Supervisor {
     const Generation generation = generation_;
     hang_timer_.expires_at(when);
     hang_timer_.async_wait([this, generation](const boost::system::error_code& ec) {
-      if (ec || generation != generation_ || stop_.begun() || server_grace_begun_) return;
+      if (ec || generation != generation_ || group_.stopping() || phase_ != Phase::kRunning) {
+        return;
+      }
       check_hang();
     });
   }
@@ -553,103 +441,64 @@ class Supervisor {
   void check_hang() {
     const Clock::time_point now = Clock::now();
     std::optional<Clock::time_point> newest;
-    for (const auto& w : workers_) {
-      if (w->running && (!newest || w->last_output > *newest)) newest = w->last_output;
+    for (const auto& p : group_.processes()) {
+      if (p->running && (!newest || p->last_output > *newest)) newest = p->last_output;
     }
     if (!newest) return;  // everyone has exited; maybe_finish() takes it from here
     if (now - *newest < options_.hang_timeout) {
       arm_hang_guard(*newest + options_.hang_timeout);
       return;
     }
-    bool only_trainers = true;
-    for (const auto& w : workers_) {
-      if (w->running && w->role != env::Role::kTrainer) only_trainers = false;
-    }
-    std::ostringstream os;
-    os << "hang guard: no output from any rank for " << seconds_text(options_.hang_timeout)
-       << " s; silent: ";
-    // Trainers only (every collective job): "ranks 0 (1.0 s), 1 (1.0 s)"; with servers each
-    // process is named: "rank 0 (1.0 s), server 1 (1.0 s)".
-    if (only_trainers) os << "rank" << (live_workers() > 1 ? "s " : " ");
-    bool first = true;
-    for (const auto& w : workers_) {
-      if (!w->running) continue;
-      os << (first ? "" : ", ") << (only_trainers ? std::to_string(w->index) : w->name) << " ("
-         << elapsed_text(now - w->last_output) << " s)";
-      first = false;
-    }
-    hang_message_ = os.str();
+    hang_message_ = describe_hang(now);
     enter(JobState::kHung);
     dump_stacks("hang guard: no output for " + seconds_text(options_.hang_timeout) + " s");
-    spdlog::error("{}; stopping {} worker(s)", hang_message_, live_workers());
+    spdlog::error("{}; stopping {} worker(s)", hang_message_, group_.running());
     notify_if_final(std::nullopt, hang_message_);
     begin_stop(SIGTERM);
   }
 
-  void read_output(Worker& w) {
-    const Generation generation = generation_;
-    w.pipe->async_read_some(
-        asio::buffer(w.buffer),
-        [this, &w, generation](const boost::system::error_code& ec, std::size_t n) {
-          if (generation != generation_) return;  // a closed pipe of an earlier generation
-          if (n > 0) {
-            w.last_output = Clock::now();
-            w.output->consume(w.buffer.data(), n);
-          }
-          if (ec) {
-            close_output(w);
-            maybe_finish();
-            return;
-          }
-          read_output(w);
-        });
+  // "hang guard: no output from any rank for 1 s; silent: ranks 0 (1.0 s), 1 (1.0 s)" for
+  // trainers only (every collective job); with servers each process is named: "rank 0 (1.0 s),
+  // server 1 (1.0 s)".
+  std::string describe_hang(Clock::time_point now) const {
+    bool only_trainers = true;
+    for (const auto& p : group_.processes()) {
+      if (p->running && p->role != env::Role::kTrainer) only_trainers = false;
+    }
+    std::ostringstream os;
+    os << "hang guard: no output from any rank for " << seconds_text(options_.hang_timeout)
+       << " s; silent: ";
+    if (only_trainers) os << "rank" << (group_.running() > 1 ? "s " : " ");
+    bool first = true;
+    for (const auto& p : group_.processes()) {
+      if (!p->running) continue;
+      os << (first ? "" : ", ") << (only_trainers ? std::to_string(p->index) : p->name) << " ("
+         << elapsed_text(now - p->last_output) << " s)";
+      first = false;
+    }
+    return os.str();
   }
 
-  void close_output(Worker& w) {
-    if (w.eof) return;
-    w.output->finish_line();
-    w.eof = true;
-    boost::system::error_code ignored;
-    w.pipe->close(ignored);
-  }
-
-  // Everything reaped: clean up stragglers in the groups, give the pipes a moment to drain, then
-  // ask the restart policy.
+  // Every process reaped: clean up stragglers in the groups, give the pipes a moment to drain,
+  // wait for the other nodes when this node's part succeeded, then ask the restart policy.
   void maybe_finish() {
-    if (done_ || restart_pending_ || live_workers() > 0) return;
-    if (!all_reaped_) {
-      all_reaped_ = true;
+    if (phase_ == Phase::kDone || phase_ == Phase::kRestarting || group_.running() > 0) return;
+    if (phase_ == Phase::kRunning || phase_ == Phase::kServerGrace) {
+      phase_ = Phase::kDraining;
       hang_timer_.cancel();
       grace_timer_.cancel();
-      stop_.finish();  // what is left in a process's group does not outlive the generation
-      const Generation generation = generation_;
-      drain_timer_.expires_after(kDrainTimeout);
-      drain_timer_.async_wait([this, generation](const boost::system::error_code& ec) {
-        if (ec || generation != generation_) return;
-        for (const auto& w : workers_) {
-          if (!w->eof) {
-            spdlog::warn(
-                "{}'s output is still open after it exited (a process outside its group holds "
-                "it); closing it",
-                w->name);
-            close_output(*w);
-          }
-        }
-        maybe_finish();
-      });
+      group_.finish();
     }
-    for (const auto& w : workers_) {
-      if (!w->eof) return;
-    }
-    drain_timer_.cancel();
+    if (!group_.output_closed()) return;
     // A job of several nodes succeeds when every node's part did: until the others say so (or
     // that the generation failed there), this node waits with nothing running.
-    if (options_.on_generation_success && state_ == JobState::kRunning && !job_succeeded_) {
-      if (!success_told_) {
-        success_told_ = true;
-        spdlog::info("all {} worker(s) of this node exited with code 0; waiting for the other "
-                     "nodes",
-                     workers_.size());
+    if (options_.on_generation_success && state_ == JobState::kRunning && !peers_succeeded()) {
+      if (phase_ != Phase::kWaitingForPeers) {
+        phase_ = Phase::kWaitingForPeers;
+        spdlog::info(
+            "all {} worker(s) of this node exited with code 0; waiting for the other "
+            "nodes",
+            group_.size());
         try {
           options_.on_generation_success(generation_);
         } catch (const std::exception& e) {
@@ -659,17 +508,27 @@ class Supervisor {
       }
       return;
     }
+    end_generation();
+  }
+
+  // Every node's processes of this generation exited 0 (multi-node).
+  bool peers_succeeded() const {
+    return options_.external_stop && !options_.external_stop->generation_failure(generation_) &&
+           options_.external_stop->succeeded(generation_);
+  }
+
+  // The generation is over here: record it, then restart or end the job as the policy says.
+  void end_generation() {
     if (options_.report) {
-      options_.report->generation_ended(generation_.index(), wall_now(),
-                                        state_ == JobState::kRunning ? "succeeded"
-                                                                     : state_name(state_) + ": " +
-                                                                           failure_what());
+      options_.report->generation_ended(
+          generation_.index(), wall_now(),
+          state_ == JobState::kRunning ? "succeeded" : state_name(state_) + ": " + failure_what());
       write_report();
     }
     const RestartDecision d = options_.restart_policy.decide(generation_end());
     if (d.restart()) {
       // Posted, so that no handler of the ending generation is still on the stack.
-      restart_pending_ = true;
+      phase_ = Phase::kRestarting;
       asio::post(io_, [this] { restart(); });
       return;
     }
@@ -678,14 +537,13 @@ class Supervisor {
   }
 
   void finish_job() {
-    done_ = true;
+    phase_ = Phase::kDone;
     boost::system::error_code ignored;
     signals_.cancel(ignored);
     io_.stop();
   }
 
   void restart() {
-    restart_pending_ = false;
     // Asked again: a signal or an external stop may have arrived since the decision.
     const RestartDecision d = options_.restart_policy.decide(generation_end());
     if (!d.restart()) {
@@ -698,48 +556,51 @@ class Supervisor {
     const Generation next = d.next;
     spdlog::error("{}; restarting the job (restart {} of {}){}", failure_what(), next.index(),
                   options_.restart_policy.max_restarts(), failure_details());
-    std::vector<WorkerLaunch> launches;
+    std::vector<Worker> workers;
     try {
-      launches = make_generation_(next);
-      if (launches.size() != workers_.size()) {
-        throw SupervisorError("restart " + std::to_string(next.index()) + " has " +
-                              std::to_string(launches.size()) + " worker(s), the job had " +
-                              std::to_string(workers_.size()));
-      }
-      for (std::size_t i = 0; i < launches.size(); ++i) {
-        const bool same_role = launches[i].role == workers_[i]->role;
-        if (!same_role || (launches[i].index != workers_[i]->index && !options_.indices_may_change)) {
-          throw SupervisorError("restart " + std::to_string(next.index()) + " starts " +
-                                launches[i].name() + " where the job had " + workers_[i]->name);
-        }
-      }
+      workers = make_generation_(next);
+      check_restart(next, workers);
     } catch (const std::exception& e) {
       spawn_error_ = "could not prepare restart " + std::to_string(next.index()) + ": " + e.what();
       spdlog::error("{}", spawn_error_);
       enter(JobState::kSpawnFailed);
-      notify_failure(FailureNotice{std::nullopt, kSpawnFailedExitCode, spawn_error_});
+      notify_failure(FailureNotice{std::nullopt, kExitError, spawn_error_});
       finish_job();
       return;
     }
     const std::string separator = "==== restart " + std::to_string(next.index()) + " ====\n";
     bool echoed = false;
-    for (std::size_t i = 0; i < workers_.size(); ++i) {
-      Worker& w = *workers_[i];
-      if (w.started) watchdog_->release(w.pid);  // reaped and its group SIGKILLed
-      w.reset_generation();
-      if (launches[i].index != w.index) {
-        spdlog::info("restart {}: {} of this node is {} now", next.index(), w.name,
-                     launches[i].name());
-        w.index = launches[i].index;
-        w.name = launches[i].name();
-        w.output = &output_for(launches[i]);
+    for (std::size_t i = 0; i < group_.size(); ++i) {
+      const Process& p = *group_.processes()[i];
+      if (workers[i].index != p.index) {
+        spdlog::info("restart {}: {} of this node is {} now", next.index(), p.name,
+                     workers[i].name());
+        group_.rename(i, workers[i], output_for(workers[i]));
       }
-      const bool echo = w.output->echoes() && !echoed;
-      w.output->start_generation(separator, echo);
+      const bool echo = p.output->echoes() && !echoed;
+      p.output->start_generation(separator, echo);
       echoed = echoed || echo;
     }
     generation_ = next;
-    start_generation(launches);
+    start_generation(workers);
+  }
+
+  // Throws SupervisorError unless `workers` are the job's, in its order (their indices may
+  // differ when options_.indices_may_change).
+  void check_restart(Generation next, const std::vector<Worker>& workers) const {
+    const auto& processes = group_.processes();
+    if (workers.size() != processes.size()) {
+      throw SupervisorError("restart " + std::to_string(next.index()) + " has " +
+                            std::to_string(workers.size()) + " worker(s), the job had " +
+                            std::to_string(processes.size()));
+    }
+    for (std::size_t i = 0; i < workers.size(); ++i) {
+      const bool same_role = workers[i].role == processes[i]->role;
+      if (!same_role || (workers[i].index != processes[i]->index && !options_.indices_may_change)) {
+        throw SupervisorError("restart " + std::to_string(next.index()) + " starts " +
+                              workers[i].name() + " where the job had " + processes[i]->name);
+      }
+    }
   }
 
   // What ended the current generation, e.g. "rank 1 exited with code 3".
@@ -766,8 +627,8 @@ class Supervisor {
   void dump_stacks(const std::string& reason) {
     if (!options_.dump_stacks) return;
     std::vector<StackTarget> targets;
-    for (const auto& w : workers_) {
-      if (w->running) targets.push_back(StackTarget{w->name, w->pid});
+    for (const auto& p : group_.processes()) {
+      if (p->running) targets.push_back(StackTarget{p->name, p->pid});
     }
     if (targets.empty()) return;
     const auto started = Clock::now();
@@ -794,25 +655,14 @@ class Supervisor {
                  reason, stacks.size(), where, elapsed_text(Clock::now() - started), lines);
   }
 
-  // How a reaped process ended, with the exception it recorded in its error file, e.g.
-  // "exited with code 1 (RuntimeError: boom)".
-  static std::string ended(const Worker& w) {
-    const std::string status = describe_status(w.status);
-    return w.recorded_error ? status + " (" + *w.recorded_error + ")" : status;
-  }
-
-  static std::string log_of(const Worker& w, const std::string& without) {
-    return w.output->log_path().empty() ? without : w.output->log_path();
-  }
-
   // Where to look: "; log: ...; its last N line(s):\n    ..." for a failed process, each
   // process's log and last line for the hang guard.
   std::string failure_details() const {
     std::ostringstream os;
     if (first_failure_) {
-      const Worker& w = *first_failure_;
-      const auto& tail = w.output->tail();
-      os << "; log: " << log_of(w, "console (no --log_dir)");
+      const Process& p = *first_failure_;
+      const auto& tail = p.output->tail();
+      os << "; log: " << log_of(p, "console (no --log_dir)");
       if (tail.empty()) {
         os << "; it printed nothing";
       } else {
@@ -822,9 +672,9 @@ class Supervisor {
       return os.str();
     }
     os << "; logs:";
-    for (const auto& w : workers_) {
-      const auto& tail = w->output->tail();
-      os << "\n    " << w->name << " (" << log_of(*w, "console")
+    for (const auto& p : group_.processes()) {
+      const auto& tail = p->output->tail();
+      os << "\n    " << p->name << " (" << log_of(*p, "console")
          << "): " << (tail.empty() ? std::string("printed nothing") : "last line: " + tail.back());
     }
     return os.str();
@@ -850,15 +700,15 @@ class Supervisor {
                                   : " after " + std::to_string(generation_.index()) + " restart(s)";
     const bool failed = end.failure_exit_code.has_value();
     if (first_failure_) {
-      const Worker& w = *first_failure_;
-      out.failed_rank = rank_of(w);
-      out.failed_process = w.name;
+      const Process& p = *first_failure_;
+      out.failed_rank = rank_of(p);
+      out.failed_process = p.name;
       // launch's own code 2 means a bad command line: say when a worker's 2 is passed on.
       const std::string passed_on = out.exit_code == kExitUsage
-                                        ? " (" + w.name + "'s own exit code, passed on)"
+                                        ? " (" + p.name + "'s own exit code, passed on)"
                                         : std::string();
-      spdlog::error("job failed{}: {} (pid {}) {}; launcher exit code {}{}{}", after, w.name,
-                    w.pid, ended(w), out.exit_code, passed_on, failure_details());
+      spdlog::error("job failed{}: {} (pid {}) {}; launcher exit code {}{}{}", after, p.name, p.pid,
+                    ended(p), out.exit_code, passed_on, failure_details());
     } else if (!hang_message_.empty()) {
       spdlog::error("job failed{}: {}; launcher exit code {}{}", after, hang_message_,
                     out.exit_code, failure_details());
@@ -867,7 +717,7 @@ class Supervisor {
                     out.exit_code);
     } else if (interrupt_) {
       spdlog::warn("stopped by {}: all {} worker(s) ended; exit code {}", signal_name(*interrupt_),
-                   workers_.size(), out.exit_code);
+                   group_.size(), out.exit_code);
     } else if (!spawn_error_.empty()) {
       spdlog::error("job failed: {}", spawn_error_);
     } else if (external_) {
@@ -877,18 +727,19 @@ class Supervisor {
       std::optional<int> rank;
       if (first_failure_) rank = rank_of(*first_failure_);
       FailureNotice notice{rank, out.exit_code,
-                           failed ? failure_what()
+                           failed       ? failure_what()
                            : interrupt_ ? "the launcher was stopped by " + signal_name(*interrupt_)
                                         : spawn_error_};
       notice.from_peer = failed && !first_failure_ && hang_message_.empty() && peer_failure_ &&
                          !external_ && !interrupt_;
       notify_failure(notice);
     } else if (servers_stopped_ > 0) {
-      spdlog::info("job succeeded{}: every trainer exited with code 0; {} server(s) were stopped "
-                   "after them",
-                   after, servers_stopped_);
+      spdlog::info(
+          "job succeeded{}: every trainer exited with code 0; {} server(s) were stopped "
+          "after them",
+          after, servers_stopped_);
     } else {
-      spdlog::info("all {} worker(s) exited with code 0{}", workers_.size(), after);
+      spdlog::info("all {} worker(s) exited with code 0{}", group_.size(), after);
     }
     return out;
   }
@@ -905,98 +756,37 @@ class Supervisor {
   const GenerationFactory& make_generation_;
   asio::io_context io_;
   asio::signal_set signals_;
-  asio::steady_timer drain_timer_;
   asio::steady_timer hang_timer_;
   asio::steady_timer grace_timer_;  // servers after the trainers
-  GroupStop stop_;
   Console console_;
   std::map<std::string, std::unique_ptr<ProcessOutput>> outputs_;  // by log file name
-  std::vector<std::unique_ptr<Worker>> workers_;
-  Watchdog* watchdog_ = nullptr;  // lives on run()'s stack
+  WorkerGroup group_;
 
   // Handlers capture the generation they were armed in and do nothing in a later one.
   Generation generation_;
+  Phase phase_ = Phase::kRunning;
   JobState state_ = JobState::kRunning;  // of the current generation
-  bool all_reaped_ = false;
-  bool done_ = false;
-  bool restart_pending_ = false;  // restart() is posted
   // What the state's causes were, for the messages and the policy.
-  const Worker* first_failure_ = nullptr;  // of the current generation
-  std::string hang_message_;               // set when the hang guard failed the generation
+  const Process* first_failure_ = nullptr;  // of the current generation
+  std::string hang_message_;                // set when the hang guard failed the generation
   std::optional<int> interrupt_;
   std::string spawn_error_;
   std::optional<std::pair<int, std::string>> external_;  // exit code and reason of a stop request
-  bool failure_notified_ = false;
-  bool server_grace_begun_ = false;  // every trainer exited 0; the servers' grace runs
-  // A job of several nodes: this generation's failure on another node (exit code, what), and
-  // whether every node's part of it succeeded / this node said its part did.
+  // A job of several nodes: this generation's failure on another node (exit code, what).
   std::optional<std::pair<int, std::string>> peer_failure_;
-  bool job_succeeded_ = false;
-  bool success_told_ = false;
+  bool failure_notified_ = false;     // options_.on_failure was called
   std::vector<std::string> history_;  // "generation K: <its first failure>"
-  int servers_stopped_ = 0;          // servers stopped when the grace ran out
+  int servers_stopped_ = 0;           // servers stopped when the grace ran out
 };
 
 }  // namespace
-
-std::string process_name(env::Role role, int index) {
-  return (role == env::Role::kServer ? "server " : "rank ") + std::to_string(index);
-}
-
-std::string log_file_name(env::Role role, int index) {
-  return (role == env::Role::kServer ? "serverlog." : "workerlog.") + std::to_string(index);
-}
-
-void ExternalStop::request(int exit_code, const std::string& reason) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (request_) return;
-  request_.emplace(exit_code, reason);
-  if (wake_) wake_();
-}
-
-std::optional<std::pair<int, std::string>> ExternalStop::requested() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return request_;
-}
-
-void ExternalStop::generation_failed(Generation generation, int exit_code,
-                                     const std::string& reason) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!failed_.emplace(generation.index(), std::make_pair(exit_code, reason)).second) return;
-  if (wake_) wake_();
-}
-
-std::optional<std::pair<int, std::string>> ExternalStop::generation_failure(
-    Generation generation) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = failed_.find(generation.index());
-  if (it == failed_.end()) return std::nullopt;
-  return it->second;
-}
-
-void ExternalStop::generation_succeeded(Generation generation) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!succeeded_.insert(generation.index()).second) return;
-  if (wake_) wake_();
-}
-
-bool ExternalStop::succeeded(Generation generation) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return succeeded_.count(generation.index()) > 0;
-}
-
-void ExternalStop::set_waker(std::function<void()> wake) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  wake_ = std::move(wake);
-  if (wake_ && request_) wake_();
-}
 
 JobOutcome supervise(const GenerationFactory& make_generation, const SupervisorOptions& options) {
   Supervisor supervisor(options, make_generation);
   return supervisor.run();
 }
 
-JobOutcome supervise(const std::vector<WorkerLaunch>& workers, const SupervisorOptions& options) {
+JobOutcome supervise(const std::vector<Worker>& workers, const SupervisorOptions& options) {
   return supervise(GenerationFactory([&workers](Generation) { return workers; }), options);
 }
 

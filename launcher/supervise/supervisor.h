@@ -1,4 +1,5 @@
-// Starting and watching the processes of this node.
+// Starting and watching the processes of this node: the agent loop (supervisor.cpp) over a
+// WorkerGroup (worker_group.h: spawn, reap, pipes, the stop sequence).
 //
 // supervise() starts every process in its own process group with its output on a pipe read by the
 // launcher, and returns when the job is over:
@@ -14,7 +15,7 @@
 // - the hang guard (hang_timeout > 0) fails the generation the same way when no running process
 //   has written anything for hang_timeout;
 // - after a failed generation the restart policy (launcher/supervise/restart_policy.h) decides:
-//   restart (every process, fresh, the generation factory asked for new launches) or stop with an
+//   restart (every process, fresh, the generation factory asked for new workers) or stop with an
 //   exit code; stopping after a failure prints one summary with the failed process's last lines;
 // - SIGINT/SIGTERM/SIGHUP to the launcher are forwarded to every process group and end the job
 //   (never a restart); a second one SIGKILLs the processes at once;
@@ -32,10 +33,7 @@
 
 #include <chrono>
 #include <functional>
-#include <map>
 #include <memory>
-#include <set>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -45,74 +43,12 @@
 #include "launcher/cluster/generation.h"
 #include "launcher/supervise/exit_status.h"
 #include "launcher/supervise/output.h"
+#include "launcher/supervise/peers.h"
 #include "launcher/supervise/restart_policy.h"
 #include "launcher/supervise/supervisor_error.h"
-#include "launcher/supervise/worker_lookup.h"
+#include "launcher/supervise/worker.h"
 
 namespace ddl::launcher {
-
-// "rank 3" for a trainer (the wording of every message and console prefix), "server 1".
-std::string process_name(env::Role role, int index);
-// The log file name: "workerlog.3" for a trainer, "serverlog.1" for a server.
-std::string log_file_name(env::Role role, int index);
-
-struct WorkerLaunch {
-  env::Role role = env::Role::kTrainer;
-  int index = 0;                  // within the role: a trainer's global rank, a server's index
-  std::string executable;         // resolved path
-  std::vector<std::string> args;  // argv[1..]
-  env::EnvMap env;                // the process's whole environment
-  // Whether its lines go to the launcher's console. Unset: with a log folder, trainer 0 only;
-  // without one, every process. `prefix_echo`: behind "[rank N] " also with a log folder.
-  std::optional<bool> echo;
-  bool prefix_echo = false;
-
-  std::string name() const { return process_name(role, index); }
-  std::string log_name() const { return log_file_name(role, index); }
-};
-
-// What ended this node's part of the job for good (no restart follows): reported to the other
-// nodes of a multi-node job (launcher/coord/control.h).
-struct FailureNotice {
-  std::optional<int> rank;  // the failed trainer's global rank; unset for a server, the hang
-                            // guard or a signal
-  int exit_code = 1;        // what this launcher exits with
-  std::string what;         // "rank 3 exited with code 7", "server 1 ...", "stopped by SIGINT"
-  // The job ends because its last generation failed on another node (which reports it itself).
-  bool from_peer = false;
-};
-
-// What the other nodes of a multi-node job tell this node's supervisor, from another thread (the
-// control connection's watcher, launcher/coord/control.h). Thread-safe.
-// - request(): the job is over (another node failed for good, or node 0 is gone): stop the
-//   processes like after a local failure (SIGTERM, SIGKILL after kill_timeout), never restart,
-//   end with `exit_code`. Only the first request counts; one made before supervise() starts is
-//   acted on as soon as it does.
-// - generation_failed(): generation G failed on another node: stop this node's processes of G and
-//   restart like after a local failure of G (the restart policy decides). Only the first failure
-//   of each generation counts.
-// - generation_succeeded(): every node's processes of G exited 0: the job succeeded.
-// News about a generation other than the current one is ignored.
-class ExternalStop {
- public:
-  void request(int exit_code, const std::string& reason);
-  std::optional<std::pair<int, std::string>> requested() const;
-
-  void generation_failed(Generation generation, int exit_code, const std::string& reason);
-  std::optional<std::pair<int, std::string>> generation_failure(Generation generation) const;
-  void generation_succeeded(Generation generation);
-  bool succeeded(Generation generation) const;
-
-  // For the supervisor: `wake` is called (under the lock) on any of the above, until cleared.
-  void set_waker(std::function<void()> wake);
-
- private:
-  mutable std::mutex mutex_;
-  std::optional<std::pair<int, std::string>> request_;
-  std::map<int, std::pair<int, std::string>> failed_;  // by generation index
-  std::set<int> succeeded_;
-  std::function<void()> wake_;
-};
 
 // The report and the stack dumps a supervisor feeds (see launcher/report/, launcher/diagnose/).
 class RunReport;
@@ -154,13 +90,13 @@ struct SupervisorOptions {
   RunReport* report = nullptr;
   // Stack dumps of the running processes into log_dir/stacks.<generation>.txt (or stderr without
   // a log dir): when the hang guard fires, on SIGUSR1 to the launcher, and when a process exits
-  // with kDeadlineExitCode (a rendezvous or collective deadline) before the others are stopped.
+  // with kExitDeadline (a rendezvous or collective deadline) before the others are stopped.
   bool dump_stacks = true;
 };
 
 struct JobOutcome {
   // The restart policy's last decision: 0 when the last generation succeeded; else its first
-  // failed process's code (128+signal when killed), kHangExitCode when the hang guard ended it,
+  // failed process's code (128+signal when killed), kExitDeadline when the hang guard ended it,
   // 128+signal when the launcher was interrupted (a failure seen before the interrupt wins), 1
   // when a process could not be started, the external stop's code.
   int exit_code = 0;
@@ -177,15 +113,15 @@ struct JobOutcome {
 // every call must return the same roles and indices in the same order (they name the log files).
 // An exception thrown for the first generation leaves supervise() (nothing has started); a later
 // one ends the job with the previous failure.
-using GenerationFactory = std::function<std::vector<WorkerLaunch>(Generation)>;
+using GenerationFactory = std::function<std::vector<Worker>(Generation)>;
 
 // Runs the job to the end (see the header comment). Throws SupervisorError when the log dir
-// cannot be created, a log file cannot be opened or two launches share a role and index (nothing
+// cannot be created, a log file cannot be opened or two workers share a role and index (nothing
 // has started then). A process that cannot be spawned stops the others, is not restarted, and
 // yields exit code 1.
 JobOutcome supervise(const GenerationFactory& make_generation, const SupervisorOptions& options);
 
 // The same, starting `workers` unchanged in every generation.
-JobOutcome supervise(const std::vector<WorkerLaunch>& workers, const SupervisorOptions& options);
+JobOutcome supervise(const std::vector<Worker>& workers, const SupervisorOptions& options);
 
 }  // namespace ddl::launcher

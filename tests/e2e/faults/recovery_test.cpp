@@ -165,7 +165,7 @@ TEST(Recovery, TheHangGuardDumpsEveryRanksStackAndPointsAtTheHungRank) {
   SKIP_WITHOUT_DATA();
   HangRun h;
   run_hang(h, {"--hang_timeout=4"});
-  EXPECT_EQ(h.code, kHangExitCode) << h.err;
+  EXPECT_EQ(h.code, kExitDeadline) << h.err;
   expect_stacks_point_at_rank1(h, true);
   const std::string text = read_file(h.logs / "stacks.0.txt");
   EXPECT_TRUE(contains(text, "rank 0: ddl::GlooMesh::")) << text;

@@ -41,7 +41,7 @@ using std::chrono::milliseconds;
 inline const std::string kBin = DDL_BIN_DIR;
 inline const std::string kLaunch = kBin + "/launch";
 inline const std::string kHello = kBin + "/hello_worker";
-inline constexpr int kHangExitCode = ddl::kExitDeadline;  // the hang guard (env/exit_codes.h)
+inline constexpr int kExitDeadline = ddl::kExitDeadline;  // the hang guard (env/exit_codes.h)
 
 using testing::alive;
 using testing::contains;

@@ -7,7 +7,8 @@
 #include <fstream>
 #include <set>
 
-#include "launcher/supervise/supervisor.h"
+#include "launcher/supervise/exit_status.h"
+#include "launcher/supervise/worker_lookup.h"
 
 namespace ddl::launcher {
 namespace {
@@ -52,7 +53,7 @@ TEST(Plan, OneNodeFreePorts) {
   ASSERT_TRUE(plan.omp_threads_defaulted);
   EXPECT_EQ(*plan.omp_threads_defaulted, 4);
   for (int i = 0; i < 2; ++i) {
-    const WorkerSpec& w = plan.local[i];
+    const PlannedWorker& w = plan.local[i];
     EXPECT_EQ(w.contract.rank, i);
     EXPECT_EQ(w.contract.local_rank, i);
     const env::EnvMap& e = w.env;
@@ -184,7 +185,7 @@ TEST(Plan, RoundTripThroughTheEnvironment) {
   FakePicker picker{{7001, 7002, 7003}};
   const ClusterPlan plan = make_plan(parse({"--gpus=0,1,2", "--rendezvous_timeout=9", "w"}),
                                      inputs(picker, 8, {{"PATH", "/bin"}}));
-  for (const WorkerSpec& w : plan.local) {
+  for (const PlannedWorker& w : plan.local) {
     const auto back = env::from_env(merge_env({{"PATH", "/bin"}}, w.env));
     ASSERT_TRUE(back);
     EXPECT_EQ(back->rank, w.contract.rank);
@@ -212,7 +213,7 @@ TEST(Plan, EachRestartIsANewGeneration) {
   EXPECT_FALSE(Generation(1).first());
   EXPECT_THROW(Generation(-1), std::invalid_argument);
   const ClusterPlan plan = make_plan(parse({"--nproc_per_node=2", "w"}), in);
-  for (const WorkerSpec& w : plan.local) {
+  for (const PlannedWorker& w : plan.local) {
     EXPECT_EQ(w.env.at(env::kRestartCount), "2");
     EXPECT_EQ(w.env.at(env::kJobId), "job1-g2");
     const auto back = env::from_env(w.env);
@@ -259,7 +260,7 @@ TEST(PsPlan, OneNodeFreePortsServersFirst) {
   ASSERT_TRUE(plan.omp_threads_defaulted);
   EXPECT_EQ(*plan.omp_threads_defaulted, 2) << "10 cores over 5 local processes";
   for (int i = 0; i < 2; ++i) {
-    const WorkerSpec& s = plan.local[i];
+    const PlannedWorker& s = plan.local[i];
     SCOPED_TRACE("server " + std::to_string(i));
     EXPECT_EQ(s.contract.role, env::Role::kServer);
     EXPECT_EQ(s.contract.rank, i);
@@ -280,7 +281,7 @@ TEST(PsPlan, OneNodeFreePortsServersFirst) {
     EXPECT_EQ(back->rank, i);
   }
   for (int i = 0; i < 3; ++i) {
-    const WorkerSpec& t = plan.local[2 + i];
+    const PlannedWorker& t = plan.local[2 + i];
     SCOPED_TRACE("trainer " + std::to_string(i));
     EXPECT_EQ(t.contract.role, env::Role::kTrainer);
     EXPECT_EQ(t.contract.rank, i);
@@ -431,7 +432,7 @@ TEST(PsPlan, CollectiveJobsAreUntouched) {
   FakePicker picker{{5001, 5002}};
   const ClusterPlan plan = make_plan(parse({"--nproc_per_node=2", "w"}), inputs(picker));
   EXPECT_TRUE(plan.server_endpoints.empty());
-  for (const WorkerSpec& w : plan.local) {
+  for (const PlannedWorker& w : plan.local) {
     for (const char* name : {"TRAINING_ROLE", "PADDLE_PSERVERS_IP_PORT_LIST", "PADDLE_PORT",
                              "POD_IP"}) {
       EXPECT_EQ(w.env.count(name), 0u) << name;

@@ -11,6 +11,7 @@
 #include "launcher/cluster/plan.h"
 #include "launcher/coord/control.h"
 #include "launcher/supervise/supervisor.h"
+#include "launcher/supervise/worker_lookup.h"
 #include "net/ports.h"
 #include "store/store.h"
 #include "tests/support/temp_dir.h"

@@ -40,10 +40,10 @@ TEST(RestartPolicy, WorkerFailureRestartsUntilMaxRestarts) {
 }
 
 TEST(RestartPolicy, HangIsAFailureLikeAnyOther) {
-  EXPECT_TRUE(RestartPolicy(1).decide(ended(0, JobState::kHung, kHangExitCode)).restart());
-  const RestartDecision d = RestartPolicy(1).decide(ended(1, JobState::kHung, kHangExitCode));
+  EXPECT_TRUE(RestartPolicy(1).decide(ended(0, JobState::kHung, kExitDeadline)).restart());
+  const RestartDecision d = RestartPolicy(1).decide(ended(1, JobState::kHung, kExitDeadline));
   EXPECT_FALSE(d.restart());
-  EXPECT_EQ(d.exit_code, kHangExitCode);
+  EXPECT_EQ(d.exit_code, kExitDeadline);
 }
 
 TEST(RestartPolicy, InterruptNeverRestarts) {
@@ -87,7 +87,7 @@ TEST(RestartPolicy, ExternalStopNeverRestarts) {
 TEST(RestartPolicy, SpawnFailureNeverRestarts) {
   const RestartDecision d = RestartPolicy(5).decide(ended(0, JobState::kSpawnFailed));
   EXPECT_FALSE(d.restart());
-  EXPECT_EQ(d.exit_code, kSpawnFailedExitCode);
+  EXPECT_EQ(d.exit_code, kExitError);
   // A restart that could not be prepared ends the job with the failure that asked for it.
   const RestartDecision after = RestartPolicy(5).decide(ended(1, JobState::kSpawnFailed, 9));
   EXPECT_FALSE(after.restart());

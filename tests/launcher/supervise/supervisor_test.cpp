@@ -59,11 +59,11 @@ class CapturedLog {
 
 // Two servers on 127.0.0.2 and two trainers on 127.0.0.1, in that order; `args(role, index)`
 // gives each its hello_worker arguments.
-std::vector<WorkerLaunch> mixed_job(
+std::vector<Worker> mixed_job(
     const std::function<std::vector<std::string>(env::Role, int)>& args, Generation generation) {
   const std::vector<env::Endpoint> trainers = {{"127.0.0.1", 7000}, {"127.0.0.1", 7001}};
   const std::vector<env::Endpoint> servers = {{"127.0.0.2", 8000}, {"127.0.0.2", 8001}};
-  std::vector<WorkerLaunch> launches;
+  std::vector<Worker> launches;
   for (env::Role role : {env::Role::kServer, env::Role::kTrainer}) {
     for (int i = 0; i < 2; ++i) {
       env::WorkerContract c;
@@ -77,7 +77,7 @@ std::vector<WorkerLaunch> mixed_job(
       c.current = role == env::Role::kServer ? servers[i] : trainers[i];
       c.job_id = generation.job_id("mixed");
       c.restart_count = generation.index();
-      WorkerLaunch l;
+      Worker l;
       l.role = role;
       l.index = i;
       l.executable = kHello;
@@ -186,7 +186,7 @@ TEST(SupervisorRoles, HangGuardNamesEachSilentProcess) {
   SupervisorOptions o = options_with_logs(dir);
   o.hang_timeout = milliseconds(500);
   const JobOutcome outcome = supervise(launches, o);
-  EXPECT_EQ(outcome.exit_code, kHangExitCode);
+  EXPECT_EQ(outcome.exit_code, kExitDeadline);
   EXPECT_EQ(outcome.state, JobState::kHung);
   const std::string text = log.str();
   EXPECT_TRUE(contains(text, "silent: server 0 (0.")) << text;
@@ -314,7 +314,7 @@ TEST(SupervisorServerGrace, AServerFailingDuringTheGraceFailsTheJob) {
 TEST(SupervisorServerGrace, ANodeOfServersAloneWaitsForThem) {
   TempDir dir;
   CapturedLog log;
-  std::vector<WorkerLaunch> launches = mixed_job(
+  std::vector<Worker> launches = mixed_job(
       [](env::Role, int) {
         return std::vector<std::string>{"--sleep_ms", "700"};
       },

@@ -1,0 +1,221 @@
+#include "launcher/supervise/worker_group.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/process/args.hpp>
+#include <boost/process/child.hpp>
+#include <boost/process/env.hpp>
+#include <boost/process/environment.hpp>
+#include <boost/process/exe.hpp>
+#include <boost/process/extend.hpp>
+#include <boost/process/io.hpp>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "env/exit_codes.h"
+#include "launcher/supervise/error_file.h"
+#include "launcher/supervise/exit_status.h"
+
+namespace ddl::launcher {
+
+namespace asio = boost::asio;
+namespace bp = boost::process;
+
+namespace {
+
+// Runs in the forked child before exec: own process group, die with the launcher, output to the
+// pipe, signal state as a fresh process expects it.
+void prepare_child(pid_t launcher_pid, int out_fd) {
+  ::setpgid(0, 0);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // The launcher may have died between fork() and prctl(); then nobody would kill us.
+  if (::getppid() != launcher_pid) ::_exit(kExitNotFound);
+  ::dup2(out_fd, STDOUT_FILENO);
+  ::dup2(out_fd, STDERR_FILENO);
+  // Ignored signals stay ignored across exec; the launcher ignores SIGPIPE for itself only.
+  ::signal(SIGPIPE, SIG_DFL);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+}
+
+}  // namespace
+
+WorkerGroup::WorkerGroup(asio::io_context& io, std::chrono::milliseconds kill_timeout,
+                         Events events)
+    : io_(io), events_(std::move(events)), stop_(io, kill_timeout), drain_timer_(io) {}
+
+void WorkerGroup::add(const Worker& worker, ProcessOutput& output) {
+  auto p = std::make_unique<Process>();
+  p->role = worker.role;
+  p->index = worker.index;
+  p->name = worker.name();
+  p->output = &output;
+  processes_.push_back(std::move(p));
+}
+
+void WorkerGroup::rename(std::size_t i, const Worker& worker, ProcessOutput& output) {
+  Process& p = *processes_.at(i);
+  p.index = worker.index;
+  p.name = worker.name();
+  p.output = &output;
+}
+
+void WorkerGroup::begin_generation() {
+  if (!watchdog_) watchdog_.emplace();
+  for (const auto& p : processes_) {
+    if (p->started) watchdog_->release(p->pid);  // reaped and its group SIGKILLed
+    p->pid = -1;
+    p->started = p->running = false;
+    p->status = 0;
+    p->usage = {};
+    p->recorded_error.reset();
+    p->pipe.reset();
+    p->output_open = false;
+  }
+  drain_timer_.cancel();
+  stop_.reset();
+  ++epoch_;
+}
+
+bool WorkerGroup::start(std::size_t i, const Worker& worker, std::string& error) {
+  Process& p = *processes_.at(i);
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    error = std::string("pipe2: ") + std::strerror(errno);
+    return false;
+  }
+  bp::environment environment;
+  for (const auto& [name, value] : worker.env) environment[name] = value;
+  p.error_file = env::lookup(worker.env, env::kElasticErrorFile).value_or("");
+  if (std::string why; !p.error_file.empty() && !remove_error_file(p.error_file, why)) {
+    spdlog::warn("{}: {}", p.name, why);
+  }
+  const pid_t launcher_pid = ::getpid();
+  const int out_fd = fds[1];
+  try {
+    bp::child child(
+        bp::exe = worker.executable, bp::args = worker.args, environment, bp::std_in < bp::null,
+        bp::extend::on_exec_setup = [launcher_pid, out_fd](auto&) {
+          prepare_child(launcher_pid, out_fd);
+        });
+    p.pid = child.id();
+    child.detach();  // reaped by reap() (SIGCHLD + waitpid)
+  } catch (const std::exception& e) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    error = e.what();
+    return false;
+  }
+  ::close(fds[1]);
+  // The child did this itself before exec; repeating it closes no race but costs nothing.
+  ::setpgid(p.pid, p.pid);
+  watchdog_->guard(p.pid);
+  stop_.add(p.pid, p.name);
+  p.started = true;
+  p.running = true;
+  p.output_open = true;
+  p.last_output = Clock::now();
+  p.pipe = std::make_unique<asio::posix::stream_descriptor>(io_, fds[0]);
+  spdlog::debug("started {} as pid {}: {}", p.name, p.pid, worker.executable);
+  read_output(p);
+  return true;
+}
+
+void WorkerGroup::reap() {
+  for (const auto& p : processes_) {
+    if (!p->running) continue;
+    int status = 0;
+    pid_t r;
+    do {
+      r = ::wait4(p->pid, &status, WNOHANG, &p->usage);
+    } while (r < 0 && errno == EINTR);
+    if (r == 0) continue;
+    p->running = false;
+    stop_.reaped(p->pid);
+    if (r < 0) {
+      // Not our child any more (cannot happen unless someone else reaped it).
+      spdlog::error("waitpid({} pid {}): {}", p->name, p->pid, std::strerror(errno));
+      p->status = 0xff00;  // exit code 255
+    } else {
+      p->status = status;
+    }
+    spdlog::debug("{} (pid {}) {}", p->name, p->pid, describe_status(p->status));
+    const bool failed = !(WIFEXITED(p->status) && WEXITSTATUS(p->status) == 0);
+    if (failed && !p->error_file.empty()) p->recorded_error = read_error_message(p->error_file);
+    if (events_.exited) events_.exited(*p);
+  }
+}
+
+bool WorkerGroup::stop(int signo) { return stop_.begin(signo); }
+
+void WorkerGroup::finish() {
+  stop_.finish();  // what is left in a process's group does not outlive the generation
+  if (output_closed()) return;
+  const int epoch = epoch_;
+  drain_timer_.expires_after(kDrainTimeout);
+  drain_timer_.async_wait([this, epoch](const boost::system::error_code& ec) {
+    if (ec || epoch != epoch_) return;
+    for (const auto& p : processes_) {
+      if (!p->output_open) continue;
+      spdlog::warn(
+          "{}'s output is still open after it exited (a process outside its group holds it); "
+          "closing it",
+          p->name);
+      close_output(*p);
+    }
+    if (events_.output_closed) events_.output_closed();
+  });
+}
+
+int WorkerGroup::running() const {
+  int n = 0;
+  for (const auto& p : processes_) n += p->running;
+  return n;
+}
+
+bool WorkerGroup::output_closed() const {
+  for (const auto& p : processes_) {
+    if (p->output_open) return false;
+  }
+  return true;
+}
+
+void WorkerGroup::read_output(Process& p) {
+  const int epoch = epoch_;
+  p.pipe->async_read_some(asio::buffer(p.buffer),
+                          [this, &p, epoch](const boost::system::error_code& ec, std::size_t n) {
+                            if (epoch == epoch_) on_output(p, ec, n);
+                            // else: a closed pipe of an earlier generation
+                          });
+}
+
+void WorkerGroup::on_output(Process& p, const boost::system::error_code& ec, std::size_t n) {
+  if (n > 0) {
+    p.last_output = Clock::now();
+    p.output->consume(p.buffer.data(), n);
+  }
+  if (!ec) {
+    read_output(p);
+  } else if (p.output_open) {  // else the drain closed it and has told Events
+    close_output(p);
+    if (events_.output_closed) events_.output_closed();
+  }
+}
+
+void WorkerGroup::close_output(Process& p) {
+  if (!p.output_open) return;
+  p.output->finish_line();
+  p.output_open = false;
+  boost::system::error_code ignored;
+  p.pipe->close(ignored);
+  if (output_closed()) drain_timer_.cancel();
+}
+
+}  // namespace ddl::launcher
