@@ -8,6 +8,7 @@
 
 #include "env/error.h"
 #include "launcher/job/job.h"
+#include "launcher/options/flags.h"
 #include "launcher/options/options.h"
 #include "launcher/supervise/worker_lookup.h"
 #include "logging/log.h"

@@ -1,7 +1,9 @@
 // `launch [options] WORKER [WORKER ARGS...]`: the command line, parsed into a plain struct.
 //
-// parse_options() is the only place that knows flag names; everything downstream (plan,
-// supervisor) reads LaunchOptions. Launcher options end at the first argument that is not an
+// Every flag is declared once, in the flag table (flags.h): its spellings, value check, default,
+// environment variables, help and --print_config line. parse_options() reads argv against that
+// table (command_line.h) and fills LaunchOptions; everything downstream reads LaunchOptions (the
+// planner a JobConfig made from it). Launcher options end at the first argument that is not an
 // option (or at "--"): that argument is WORKER and everything after it is passed to the worker
 // untouched, even when it looks like one of our flags.
 #pragma once
@@ -184,9 +186,6 @@ int visible_gpu_count(const env::EnvMap& env);
 // Long flags may be spelled with dashes (--nproc-per-node) as torchrun allows.
 LaunchOptions parse_options(int argc, const char* const argv[], const env::EnvMap& env = {},
                             const MachineCounts& machine = {});
-
-// The --help text.
-std::string help_text();
 
 // "ddlaunch <version>".
 std::string version_text();

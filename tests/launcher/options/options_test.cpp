@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "launcher/options/flags.h"
+
 namespace ddl::launcher {
 namespace {
 

@@ -1,0 +1,51 @@
+// The launcher's part of argv read against the flag table (flags.h): which flags were given,
+// under which spelling, with which value, then completed by the PET_/PADDLE_ variables that stand
+// for flags still absent. parse_options() (options.h) turns the result into LaunchOptions.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "env/contract.h"
+#include "launcher/options/flags.h"
+
+namespace ddl::launcher {
+
+// One flag as given: the spelling errors name (the flag's own name, or a reported alias such as
+// --gpus) and its value ("" for a switch; "true" for a boolean given alone).
+struct GivenFlag {
+  std::string spelling;
+  std::string value;
+};
+
+// The flags given, by the flag's own name. A flag given twice keeps its last value; two different
+// reported spellings of one flag (--gpus and --devices) are an error when the flag is read.
+class GivenFlags {
+ public:
+  void add(const FlagSpec& spec, const std::string& spelling, std::string value);
+  // True when any spelling of `name` was given.
+  bool has(const std::string& name) const { return flags_.count(name) > 0; }
+  // The flag as given; nullopt when absent. Throws OptionsError for two reported spellings.
+  std::optional<GivenFlag> get(const std::string& name) const;
+  // The value given (`name` must have been given).
+  std::string value(const std::string& name) const { return get(name)->value; }
+
+ private:
+  std::map<std::string, std::vector<GivenFlag>> flags_;
+};
+
+struct CommandLine {
+  GivenFlags flags;
+  std::vector<std::string> worker;  // WORKER first, then its arguments; may be empty
+  // The variables that gave a flag its value, as "PET_NNODES=2", in the order they were read.
+  std::vector<std::string> from_environment;
+};
+
+// Splits argv (argv[0] is the program) at WORKER (the first argument that is not an option, or
+// the one after "--") and reads the options before it; then adds the environment defaults from
+// `env`. Throws OptionsError for an unknown or refused option or a missing value.
+CommandLine read_command_line(int argc, const char* const argv[], const env::EnvMap& env);
+
+}  // namespace ddl::launcher

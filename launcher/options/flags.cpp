@@ -1,0 +1,772 @@
+#include "launcher/options/flags.h"
+
+#include <algorithm>
+#include <sstream>
+#include <stdexcept>
+#include <utility>
+
+#include "logging/log.h"
+
+namespace ddl::launcher {
+namespace {
+
+// One entry of the table, declared in one expression (cf. torchrun's parser.add_argument and
+// ABSL_FLAG): Flag("name").value("N").help("...")...
+class Flag {
+ public:
+  explicit Flag(std::string name) { spec_.name = std::move(name); }
+  Flag& value(std::string value_name) {
+    spec_.arity = Arity::kValue;
+    spec_.value_name = std::move(value_name);
+    return *this;
+  }
+  Flag& switch_() {
+    spec_.arity = Arity::kSwitch;
+    return *this;
+  }
+  Flag& boolean(std::string default_text) {
+    spec_.arity = Arity::kBoolean;
+    spec_.value_name = "BOOL";
+    spec_.type = ValueType::kBool;
+    spec_.default_text = std::move(default_text);
+    return *this;
+  }
+  Flag& short_name(char c) {
+    spec_.short_name = c;
+    return *this;
+  }
+  Flag& integer(long long min, long long max) {
+    spec_.type = ValueType::kInt;
+    spec_.min = min;
+    spec_.max = max;
+    return *this;
+  }
+  Flag& seconds(bool allow_zero) {
+    spec_.type = ValueType::kSeconds;
+    spec_.allow_zero = allow_zero;
+    return *this;
+  }
+  Flag& name_value() {
+    spec_.type = ValueType::kName;
+    return *this;
+  }
+  Flag& choice(std::vector<std::string> choices, std::string expected) {
+    spec_.type = ValueType::kChoice;
+    spec_.choices = std::move(choices);
+    spec_.expected = std::move(expected);
+    return *this;
+  }
+  Flag& default_is(std::string text) {
+    spec_.default_text = std::move(text);
+    return *this;
+  }
+  Flag& alias(std::string name, Origin origin, bool reported = false) {
+    spec_.aliases.push_back(Spelling{std::move(name), origin, reported});
+    return *this;
+  }
+  Flag& also_in(std::initializer_list<Origin> origins) {
+    spec_.also_in.insert(spec_.also_in.end(), origins.begin(), origins.end());
+    return *this;
+  }
+  // PET_<NAME> (torchrun): stands for the flag under its own name.
+  Flag& pet() {
+    std::string var = "PET_" + spec_.name;
+    std::transform(var.begin(), var.end(), var.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+    spec_.variables.push_back(FlagVariable{var, spec_.name});
+    return *this;
+  }
+  Flag& paddle(std::string variable, std::string spelling = "") {
+    spec_.variables.push_back(
+        FlagVariable{std::move(variable), spelling.empty() ? spec_.name : std::move(spelling)});
+    return *this;
+  }
+  Flag& group(FlagGroup g) {
+    spec_.group = g;
+    return *this;
+  }
+  Flag& help(std::string text) {
+    spec_.help = std::move(text);
+    return *this;
+  }
+  Flag& doc(std::string text) {
+    spec_.doc = std::move(text);
+    return *this;
+  }
+  Flag& refused(std::string why) {
+    spec_.refused = std::move(why);
+    spec_.group = FlagGroup::kCompatibility;
+    spec_.also_in = {Origin::kTorchrun};
+    return *this;
+  }
+  Flag& config(std::function<std::optional<std::string>(const LaunchOptions&)> f) {
+    spec_.config = std::move(f);
+    return *this;
+  }
+  FlagSpec done() { return std::move(spec_); }
+
+ private:
+  FlagSpec spec_;
+};
+
+template <typename T>
+std::string join(const std::vector<T>& items) {
+  std::ostringstream os;
+  for (std::size_t i = 0; i < items.size(); ++i) os << (i ? "," : "") << items[i];
+  return os.str();
+}
+
+std::string seconds_text(std::chrono::milliseconds ms) {
+  std::ostringstream os;
+  os << static_cast<double>(ms.count()) / 1000.0;
+  return os.str();
+}
+
+std::string or_none(const std::optional<std::string>& v) { return v.value_or("None"); }
+std::string or_none(const std::optional<int>& v) { return v ? std::to_string(*v) : "None"; }
+std::string python_bool(bool v) { return v ? "True" : "False"; }
+
+// Fields printed only for a parameter-server job: a collective job's block stays as it was.
+std::function<std::optional<std::string>(const LaunchOptions&)> ps_only(
+    std::function<std::string(const LaunchOptions&)> f) {
+  return [f = std::move(f)](const LaunchOptions& o) -> std::optional<std::string> {
+    if (!o.ps_job()) return std::nullopt;
+    return f(o);
+  };
+}
+
+std::vector<FlagSpec> workers_and_devices() {
+  std::vector<FlagSpec> t;
+  t.push_back(
+      Flag("selected_gpus")
+          .value("0,1,...")
+          .group(FlagGroup::kWorkers)
+          .alias("gpus", Origin::kFleetrun, true)
+          .alias("devices", Origin::kPaddle2, true)
+          .also_in({Origin::kPaddle18})
+          .paddle("PADDLE_DEVICES", "devices")
+          .help("GPU ids, one worker per id; each worker gets FLAGS_selected_gpus=<id>")
+          .doc("one worker per id; that worker gets `FLAGS_selected_gpus=<id>`. Ids are distinct "
+               "non-negative integers; with `CUDA_VISIBLE_DEVICES` set they are the machine's "
+               "and each worker gets the id's position in that list (an id not in it is an "
+               "error). The GPUs need not exist for `launch`: the worker decides.")
+          .config([](const LaunchOptions& o) -> std::optional<std::string> {
+            if (!o.selected_gpus_given.empty()) return join(o.selected_gpus_given);
+            return o.selected_gpus.empty() ? "None" : join(o.selected_gpus);
+          })
+          .done());
+  t.push_back(
+      Flag("nproc_per_node")
+          .value("N|auto|cpu|gpu")
+          .group(FlagGroup::kWorkers)
+          .also_in({Origin::kTorchrun, Origin::kPaddle2})
+          .pet()
+          .paddle("PADDLE_NPROC_PER_NODE")
+          .default_is("the number of selected GPUs, else 1")
+          .help("workers on this node when no GPUs are selected")
+          .doc("workers on this node (CPU slots); must agree with `--selected_gpus`. torchrun's "
+               "words: `gpu` one worker per visible GPU (`/dev/nvidiaN`, narrowed by "
+               "`CUDA_VISIBLE_DEVICES`; none is an error), `cpu` one per usable core, `auto` "
+               "`gpu` when there are GPUs, else `cpu`; with GPUs each worker gets one, as with "
+               "`--selected_gpus=0,1,...` (`xpu` is an error).")
+          .config([](const LaunchOptions& o) {
+            return std::optional(std::to_string(o.nproc_per_node));
+          })
+          .done());
+  t.push_back(Flag("module")
+                  .switch_()
+                  .short_name('m')
+                  .group(FlagGroup::kWorkers)
+                  .also_in({Origin::kTorchrun})
+                  .help("run WORKER as a Python module: PYTHON -u -m WORKER")
+                  .done());
+  t.push_back(
+      Flag("no_python")
+          .switch_()
+          .group(FlagGroup::kWorkers)
+          .also_in({Origin::kTorchrun})
+          .help("run WORKER itself even when it ends in .py")
+          .doc("run WORKER itself, whatever its name. Without it a WORKER ending in `.py` runs as "
+               "`python3 -u SCRIPT ARGS` (the `python3` first on PATH), as under torchrun and "
+               "Paddle; the script needs neither the exec bit nor a shebang. Workers get "
+               "`PYTHONUNBUFFERED=1` unless the caller set it.")
+          .done());
+  t.push_back(
+      Flag("run_path")
+          .switch_()
+          .group(FlagGroup::kWorkers)
+          .also_in({Origin::kTorchrun})
+          .help("run WORKER as a Python script whatever its name (PYTHON -u WORKER); wins over "
+                "--no_python")
+          .doc("WORKER is a script whatever its name: `python3 -u WORKER` in a fresh process (not "
+               "`runpy` inside the agent); wins over `--no_python`, and `--module` with it is an "
+               "error.")
+          .done());
+  t.push_back(
+      Flag("python")
+          .value("PROGRAM")
+          .group(FlagGroup::kWorkers)
+          .default_is("python3 on PATH")
+          .help("the interpreter for .py scripts and -m; scripts run as PYTHON -u SCRIPT, as "
+                "torchrun and Paddle run them")
+          .doc("the interpreter for `.py` scripts and `-m`; an error with `--no_python`.")
+          .done());
+  return t;
+}
+
+std::vector<FlagSpec> logs_and_console() {
+  std::vector<FlagSpec> t;
+  t.push_back(
+      Flag("log_dir")
+          .value("DIR")
+          .group(FlagGroup::kLogs)
+          .also_in({Origin::kTorchrun, Origin::kPaddle18, Origin::kPaddle2})
+          .pet()
+          .paddle("PADDLE_LOG_DIR")
+          .help("write rank N's stdout+stderr to DIR/workerlog.N (created if missing)")
+          .doc("rank N's stdout+stderr go to `DIR/workerlog.N`, N the global rank (truncated at "
+               "job start, DIR created if missing); this node's local rank 0 is echoed to the "
+               "console unless `--quiet`. Without it every rank prints to the console, each line "
+               "prefixed `[rank N] `, whole lines only (Paddle 2.x's default `log` is not "
+               "followed).")
+          .config([](const LaunchOptions& o) { return std::optional(or_none(o.log_dir)); })
+          .done());
+  t.push_back(
+      Flag("quiet")
+          .switch_()
+          .group(FlagGroup::kLogs)
+          .help("with --log_dir: do not echo rank 0 to the console")
+          .config([](const LaunchOptions& o) { return std::optional(python_bool(o.quiet)); })
+          .done());
+  t.push_back(Flag("log_level")
+                  .value("LEVEL")
+                  .group(FlagGroup::kLogs)
+                  .also_in({Origin::kPaddle2})
+                  .paddle("PADDLE_LOG_LEVEL")
+                  .default_is("info")
+                  .help("debug|info|warn|error or 10|20|30|40 (also passed to workers)")
+                  .doc("`debug|info|warn|error`, or Paddle's 10/20/30/40; passed to the workers as "
+                       "`DDL_LOG_LEVEL`.")
+                  .config([](const LaunchOptions& o) {
+                    return std::optional(std::to_string(logging::paddle_level(o.log_level)));
+                  })
+                  .done());
+  t.push_back(
+      Flag("log_overwrite")
+          .boolean("true")
+          .group(FlagGroup::kLogs)
+          .also_in({Origin::kPaddle2})
+          .help("truncate the logs at job start; false appends to them")
+          .doc("truncate the logs at job start (Paddle 1.8's behaviour); `false` appends to "
+               "existing logs (Paddle 2.x's).")
+          .done());
+  t.push_back(Flag("local_ranks_filter")
+                  .value("0,1,...")
+                  .group(FlagGroup::kLogs)
+                  .also_in({Origin::kTorchrun})
+                  .default_is("local rank 0 with --log_dir, every rank without")
+                  .help("show only these local ranks' lines on the console")
+                  .done());
+  t.push_back(
+      Flag("tee")
+          .value("SPEC")
+          .short_name('t')
+          .group(FlagGroup::kLogs)
+          .also_in({Origin::kTorchrun})
+          .help("with --log_dir, also show these local ranks on the console: 0 none, 1|2|3 all, "
+                "or per rank 0:3,1:0")
+          .doc("with `--log_dir`, also show these local ranks on the console: 0 none, 1, 2 or 3 "
+               "all, or per rank `0:3,1:0`; each line is behind `[rank N] ` when more than one "
+               "rank is shown.")
+          .done());
+  t.push_back(
+      Flag("redirects")
+          .value("SPEC")
+          .short_name('r')
+          .group(FlagGroup::kLogs)
+          .also_in({Origin::kTorchrun})
+          .help("accepted and checked (0-3 or 0:3,1:0); with --log_dir both streams always go to "
+                "the rank's log file")
+          .done());
+  t.push_back(
+      Flag("print_config")
+          .boolean("true")
+          .group(FlagGroup::kLogs)
+          .also_in({Origin::kPaddle18})
+          .help("print the configuration and each rank's environment")
+          .doc("print the `Configuration Arguments` block and the environment of this node's "
+               "first rank, then of every other rank what differs from it (the job secret "
+               "hidden). Also Paddle's space form `--print_config False`.")
+          .config([](const LaunchOptions& o) { return std::optional(python_bool(o.print_config)); })
+          .done());
+  t.push_back(
+      Flag("report")
+          .boolean("true")
+          .group(FlagGroup::kLogs)
+          .help("write LOG_DIR/report.json and LOG_DIR/report.html (per rank: exit, CPU, memory, "
+                "training curves; the generations)")
+          .done());
+  return t;
+}
+
+std::vector<FlagSpec> nodes() {
+  std::vector<FlagSpec> t;
+  t.push_back(
+      Flag("cluster_node_ips")
+          .value("ip1,ip2,...")
+          .group(FlagGroup::kNodes)
+          .alias("ips", Origin::kPaddle2, true)
+          .also_in({Origin::kPaddle18})
+          .paddle("PADDLE_IPS", "ips")
+          .default_is("127.0.0.1, or Slurm's node list")
+          .help("addresses (IPv4 or host names) of all nodes; ranks are node-major in this order")
+          .doc("every node's address (IPv4 or host name); ranks are node-major in list order. "
+               "Inside a Slurm allocation the default is Slurm's node list.")
+          .config([](const LaunchOptions& o) { return std::optional(join(o.cluster_node_ips)); })
+          .done());
+  t.push_back(
+      Flag("node_ip")
+          .value("IP")
+          .group(FlagGroup::kNodes)
+          .alias("host", Origin::kPaddle2)
+          .also_in({Origin::kPaddle18})
+          .default_is("127.0.0.1")
+          .help("this node's address, one of --cluster_node_ips")
+          .doc("this node's address: one of `--cluster_node_ips`; with `--nnodes` the address "
+               "its workers are reached at (default: found by routing towards `--master_addr`).")
+          .config([](const LaunchOptions& o) { return std::optional(o.node_ip); })
+          .done());
+  t.push_back(Flag("local_addr")
+                  .value("HOST")
+                  .group(FlagGroup::kNodes)
+                  .also_in({Origin::kTorchrun})
+                  .pet()
+                  .help("this node's address (the same as --node_ip)")
+                  .done());
+  t.push_back(
+      Flag("nnodes")
+          .value("N|MIN:MAX")
+          .group(FlagGroup::kNodes)
+          .also_in({Origin::kTorchrun, Origin::kPaddle2})
+          .pet()
+          .paddle("PADDLE_NNODES")
+          .help("number of nodes (with --node_rank, --master_addr); MIN:MAX for an elastic job "
+                "that runs on any number of nodes in between")
+          .doc("the node count (torchrun's spelling of a multi-node job, with `--node_rank` and "
+               "`--master_addr`), or an elastic range `MIN:MAX`; see "
+               "[Multi-node jobs](multi-node.md).")
+          .config([](const LaunchOptions& o) -> std::optional<std::string> {
+            if (o.elastic()) return std::to_string(*o.min_nnodes) + ":" + std::to_string(*o.nnodes);
+            return or_none(o.nnodes);
+          })
+          .done());
+  t.push_back(
+      Flag("node_rank")
+          .value("K")
+          .integer(0, kMaxNodes - 1)
+          .group(FlagGroup::kNodes)
+          .alias("rank", Origin::kPaddle2, true)
+          .also_in({Origin::kTorchrun})
+          .pet()
+          .paddle("PADDLE_RANK", "rank")
+          .help("this node's index, 0..nnodes-1")
+          .doc("this node's index, 0..nnodes-1. Without it, `--rdzv_backend=c10d` or `--master` "
+               "number the nodes in the order their launchers reach node 0.")
+          .config([](const LaunchOptions& o) { return std::optional(or_none(o.node_rank)); })
+          .done());
+  t.push_back(
+      Flag("master_addr")
+          .value("HOST")
+          .group(FlagGroup::kNodes)
+          .also_in({Origin::kTorchrun})
+          .pet()
+          .help("node 0's address (hosts the control store)")
+          .doc("node 0's address; the workers see `MASTER_ADDR`/`MASTER_PORT` as given (rank 0's "
+               "store); in a multi-node job launch's control store is on the next port.")
+          .config([](const LaunchOptions& o) { return std::optional(or_none(o.master_addr)); })
+          .done());
+  t.push_back(
+      Flag("master_port")
+          .value("P")
+          .integer(1, 65535)
+          .group(FlagGroup::kNodes)
+          .also_in({Origin::kTorchrun})
+          .pet()
+          .default_is("started_port-1, else 29500")
+          .help("multi-node: port of the control store on node 0; with --master_addr and no "
+                "--started_port it is rank 0's MASTER_PORT and the control store takes the next "
+                "port")
+          .config([](const LaunchOptions& o) { return std::optional(or_none(o.master_port)); })
+          .done());
+  t.push_back(
+      Flag("master")
+          .value("HOST:PORT")
+          .group(FlagGroup::kNodes)
+          .also_in({Origin::kPaddle2})
+          .paddle("PADDLE_MASTER")
+          .help("node 0's HOST:PORT, the same as --master_addr HOST --master_port PORT")
+          .doc("node 0's `HOST:PORT` (also `http://HOST:PORT`; an `etcd://` master is an error), "
+               "the same as `--master_addr HOST --master_port PORT`.")
+          .done());
+  return t;
+}
+
+// Multi-node jobs, continued: the rendezvous, ports and the names workers are told.
+std::vector<FlagSpec> rendezvous() {
+  std::vector<FlagSpec> t;
+  t.push_back(
+      Flag("rdzv_endpoint")
+          .value("HOST[:PORT]")
+          .group(FlagGroup::kNodes)
+          .also_in({Origin::kTorchrun})
+          .pet()
+          .help("node 0's HOST[:PORT] (port default 29400), the same as --master_addr HOST "
+                "--master_port PORT")
+          .doc("node 0's address and the control store's port (default 29400), the same as "
+               "`--master_addr HOST --master_port PORT` (giving both is an error); `MASTER_PORT` "
+               "is then a free port of rank 0, as torchrun's c10d gives.")
+          .done());
+  t.push_back(
+      Flag("rdzv_backend")
+          .value("NAME")
+          .group(FlagGroup::kNodes)
+          .also_in({Origin::kTorchrun})
+          .pet()
+          .choice({"c10d", "static"},
+                  "expected c10d or static (both: node 0 hosts the control store; etcd is not "
+                  "supported)")
+          .help("c10d or static; both mean the control store on node 0 (etcd is not supported)")
+          .done());
+  t.push_back(Flag("rdzv_id")
+                  .value("ID")
+                  .name_value()
+                  .group(FlagGroup::kNodes)
+                  .also_in({Origin::kTorchrun})
+                  .pet()
+                  .default_is("DDL_JOB_ID, else a random one")
+                  .help("the job's id, given to workers as TORCHELASTIC_RUN_ID")
+                  .config([](const LaunchOptions& o) { return std::optional(or_none(o.rdzv_id)); })
+                  .done());
+  t.push_back(
+      Flag("rdzv_conf")
+          .value("KEY=VALUE,...")
+          .group(FlagGroup::kNodes)
+          .also_in({Origin::kTorchrun})
+          .pet()
+          .help("elastic jobs: last_call_timeout=S, seconds to wait for more nodes once MIN have "
+                "joined (default 30)")
+          .doc("`last_call_timeout=S` only: in an elastic job, seconds to wait for more nodes "
+               "once MIN have joined (default 30); other keys are an error.")
+          .done());
+  t.push_back(
+      Flag("standalone")
+          .switch_()
+          .group(FlagGroup::kNodes)
+          .also_in({Origin::kTorchrun})
+          .help("a single-node job with its own rendezvous (the default here; multi-node flags "
+                "are then an error)")
+          .doc("a single-node job with its own rendezvous: multi-node flags with it are an error "
+               "and `PET_` node variables are ignored.")
+          .done());
+  t.push_back(
+      Flag("started_port")
+          .value("P")
+          .integer(1, 65535)
+          .group(FlagGroup::kNodes)
+          .alias("start_port", Origin::kPaddle2)
+          .also_in({Origin::kPaddle18})
+          .paddle("PADDLE_START_PORT")
+          .default_is("free ports")
+          .help("endpoints are node_ip:P, P+1, ...; without it free ports are picked and, "
+                "between nodes, exchanged through the control store")
+          .config([](const LaunchOptions& o) { return std::optional(or_none(o.started_port)); })
+          .done());
+  t.push_back(Flag("role")
+                  .value("NAME")
+                  .name_value()
+                  .group(FlagGroup::kNodes)
+                  .also_in({Origin::kTorchrun})
+                  .pet()
+                  .default_is("default")
+                  .help("the workers' ROLE_NAME")
+                  .config([](const LaunchOptions& o) { return std::optional(o.role); })
+                  .done());
+  t.push_back(
+      Flag("job_id")
+          .value("NAME")
+          .name_value()
+          .group(FlagGroup::kNodes)
+          .also_in({Origin::kPaddle2})
+          .paddle("PADDLE_JOB_ID")
+          .default_is("default")
+          .help("the job's name, given to workers as PADDLE_JOB_ID")
+          .doc("given to the workers as `PADDLE_JOB_ID`. It does not name launch's store job: "
+               "that is `DDL_JOB_ID`.")
+          .config(
+              [](const LaunchOptions& o) { return std::optional(o.job_id.value_or("default")); })
+          .done());
+  t.push_back(Flag("rendezvous_timeout")
+                  .value("S")
+                  .seconds(false)
+                  .group(FlagGroup::kNodes)
+                  .default_is("300")
+                  .help("seconds the workers may take to find each other")
+                  .config([](const LaunchOptions& o) {
+                    return std::optional(seconds_text(
+                        o.rendezvous_timeout.value_or(env::kDefaultRendezvousTimeout)));
+                  })
+                  .done());
+  return t;
+}
+
+std::vector<FlagSpec> failures() {
+  std::vector<FlagSpec> t;
+  t.push_back(
+      Flag("max_restarts")
+          .value("N")
+          .integer(0, kMaxRestartsLimit)
+          .group(FlagGroup::kFailures)
+          .alias("max_restart", Origin::kPaddle2)
+          .also_in({Origin::kTorchrun})
+          .pet()
+          .paddle("PADDLE_MAX_RESTART")
+          .default_is("0")
+          .help("after a worker fails anywhere in the job (or the hang guard fires), stop every "
+                "node's workers and start them all again, up to N times")
+          .doc("after a failure anywhere in the job, stop every node's workers and start them "
+               "all again, up to N times (Paddle 2.x's default is 3); see "
+               "[Failure semantics](failures.md).")
+          .config(
+              [](const LaunchOptions& o) { return std::optional(std::to_string(o.max_restarts)); })
+          .done());
+  t.push_back(
+      Flag("hang_timeout")
+          .value("S")
+          .seconds(true)
+          .group(FlagGroup::kFailures)
+          .default_is("0, off")
+          .help("fail the job when no rank has printed anything for S seconds; exit code 124")
+          .config([](const LaunchOptions& o) -> std::optional<std::string> {
+            return o.hang_timeout.count() == 0 ? "None" : seconds_text(o.hang_timeout);
+          })
+          .done());
+  t.push_back(
+      Flag("kill_timeout")
+          .value("S")
+          .seconds(true)
+          .group(FlagGroup::kFailures)
+          .alias("shutdown_timeout", Origin::kTorchrun)
+          .default_is("10")
+          .help("seconds between SIGTERM and SIGKILL when stopping workers")
+          .doc("grace between SIGTERM and SIGKILL when stopping workers (torchrun's default is "
+               "30).")
+          .config(
+              [](const LaunchOptions& o) { return std::optional(seconds_text(o.kill_timeout)); })
+          .done());
+  return t;
+}
+
+std::vector<FlagSpec> parameter_servers() {
+  std::vector<FlagSpec> t;
+  t.push_back(
+      Flag("server_num")
+          .value("S")
+          .integer(1, kMaxProcessesPerRole)
+          .group(FlagGroup::kParameterServer)
+          .also_in({Origin::kFleetrun})
+          .help("parameter-server job: S servers per node (trainers: --worker_num)")
+          .config(ps_only([](const LaunchOptions& o) { return std::to_string(o.server_num); }))
+          .done());
+  t.push_back(
+      Flag("worker_num")
+          .value("W")
+          .integer(1, kMaxProcessesPerRole)
+          .group(FlagGroup::kParameterServer)
+          .alias("trainer_num", Origin::kPaddle2)
+          .also_in({Origin::kFleetrun})
+          .default_is("--nproc_per_node, else 1")
+          .help("parameter-server job: W trainers per node; needs --server_num or --servers")
+          .config(ps_only([](const LaunchOptions& o) { return std::to_string(o.worker_num); }))
+          .done());
+  t.push_back(Flag("servers")
+                  .value("ip:port,...")
+                  .group(FlagGroup::kParameterServer)
+                  .also_in({Origin::kFleetrun})
+                  .help("parameter-server job: every server's endpoint; this node starts those on "
+                        "--node_ip (with --workers)")
+                  .config(ps_only([](const LaunchOptions& o) -> std::string {
+                    return o.servers.empty() ? "None" : env::join_endpoints(o.servers);
+                  }))
+                  .done());
+  t.push_back(Flag("workers")
+                  .value("ip:port,...")
+                  .group(FlagGroup::kParameterServer)
+                  .alias("trainers", Origin::kPaddle2)
+                  .also_in({Origin::kFleetrun})
+                  .help("parameter-server job: every trainer's endpoint; this node starts those on "
+                        "--node_ip (with --servers)")
+                  .config(ps_only([](const LaunchOptions& o) -> std::string {
+                    return o.workers.empty() ? "None" : env::join_endpoints(o.workers);
+                  }))
+                  .done());
+  t.push_back(Flag("server_grace")
+                  .value("S")
+                  .seconds(true)
+                  .group(FlagGroup::kParameterServer)
+                  .default_is("--kill_timeout")
+                  .help("parameter-server job: once this node's trainers all exited 0, seconds its "
+                        "servers may take to exit before they are stopped")
+                  .config(ps_only([](const LaunchOptions& o) {
+                    return seconds_text(o.server_grace_or_default());
+                  }))
+                  .done());
+  t.push_back(
+      Flag("run_mode")
+          .value("MODE")
+          .group(FlagGroup::kParameterServer)
+          .also_in({Origin::kPaddle2})
+          .default_is("collective")
+          .help("collective or ps (a parameter-server job: needs --server_num or --servers)")
+          .doc("`collective` or `ps` (a parameter-server job: needs `--server_num` or "
+               "`--servers`); `ps-heter` and `rpc` are errors.")
+          .done());
+  return t;
+}
+
+std::vector<FlagSpec> compatibility() {
+  std::vector<FlagSpec> t;
+  t.push_back(
+      Flag("monitor_interval")
+          .value("S")
+          .seconds(true)
+          .group(FlagGroup::kCompatibility)
+          .also_in({Origin::kTorchrun})
+          .help("accepted (seconds >= 0); worker exits are noticed at once here, not by polling")
+          .done());
+  t.push_back(Flag("start_method")
+                  .value("NAME")
+                  .group(FlagGroup::kCompatibility)
+                  .also_in({Origin::kTorchrun})
+                  .choice({"spawn", "fork", "forkserver"}, "expected spawn, fork or forkserver")
+                  .default_is("spawn")
+                  .help("spawn|fork|forkserver, accepted; every worker is a fresh process (exec)")
+                  .done());
+  t.push_back(Flag("event_log_handler")
+                  .value("NAME")
+                  .group(FlagGroup::kCompatibility)
+                  .also_in({Origin::kTorchrun})
+                  .help("only 'null' (launch has no event handlers)")
+                  .doc("only `null` (torchrun's default); others are an error.")
+                  .done());
+  t.push_back(
+      Flag("signals_to_handle")
+          .value("LIST")
+          .group(FlagGroup::kCompatibility)
+          .also_in({Origin::kTorchrun})
+          .help("only its default SIGTERM,SIGINT,SIGHUP,SIGQUIT, which launch always forwards "
+                "(SIGUSR1 dumps stacks)")
+          .done());
+  const std::string shared_log =
+      "not supported: a rank's stdout and stderr share one log here (filter LOG_DIR/workerlog.N)";
+  t.push_back(Flag("logs_specs")
+                  .value("NAME")
+                  .refused("a Python entry point of torchrun's logging; launch writes "
+                           "LOG_DIR/workerlog.N itself")
+                  .done());
+  t.push_back(Flag("numa_binding")
+                  .value("NAME")
+                  .refused("CPU binding near GPUs is not done by launch; bind with numactl in "
+                           "WORKER")
+                  .done());
+  t.push_back(Flag("duplicate_stdout_filters").value("LIST").refused(shared_log).done());
+  t.push_back(Flag("duplicate_stderr_filters").value("LIST").refused(shared_log).done());
+  t.push_back(Flag("virtual_local_rank")
+                  .switch_()
+                  .refused("not supported: LOCAL_RANK is the worker's index on its node")
+                  .done());
+  t.push_back(Flag("help")
+                  .switch_()
+                  .short_name('h')
+                  .group(FlagGroup::kGeneral)
+                  .help("print this help")
+                  .done());
+  t.push_back(
+      Flag("version").switch_().group(FlagGroup::kGeneral).help("print the version").done());
+  return t;
+}
+
+std::vector<FlagSpec> make_table() {
+  std::vector<FlagSpec> table;
+  for (auto part : {workers_and_devices(), logs_and_console(), nodes(), rendezvous(), failures(),
+                    parameter_servers(), compatibility()}) {
+    for (FlagSpec& f : part) table.push_back(std::move(f));
+  }
+  return table;
+}
+
+std::string underscores(std::string name) {
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+}
+
+}  // namespace
+
+const char* group_title(FlagGroup group) {
+  switch (group) {
+    case FlagGroup::kWorkers:
+      return "Workers and devices";
+    case FlagGroup::kLogs:
+      return "Logs and console";
+    case FlagGroup::kNodes:
+      return "Multi-node jobs";
+    case FlagGroup::kFailures:
+      return "Failures and restarts";
+    case FlagGroup::kParameterServer:
+      return "Parameter servers";
+    case FlagGroup::kCompatibility:
+      return "Other launchers' flags (compatibility only)";
+    case FlagGroup::kGeneral:
+      return "General";
+  }
+  return "";
+}
+
+const std::vector<FlagSpec>& flag_table() {
+  static const std::vector<FlagSpec> table = make_table();
+  return table;
+}
+
+std::optional<FlagMatch> find_flag(const std::string& typed) {
+  const std::string name = underscores(typed);
+  for (const FlagSpec& f : flag_table()) {
+    if (f.name == name) return FlagMatch{&f, f.name};
+    for (const Spelling& s : f.aliases) {
+      if (s.name == name) return FlagMatch{&f, s.reported ? s.name : f.name};
+    }
+  }
+  return std::nullopt;
+}
+
+const FlagSpec* find_short_flag(char c) {
+  for (const FlagSpec& f : flag_table()) {
+    if (f.short_name == c) return &f;
+  }
+  return nullptr;
+}
+
+const FlagSpec& flag(const std::string& name) {
+  for (const FlagSpec& f : flag_table()) {
+    if (f.name == name) return f;
+  }
+  throw std::logic_error("no flag '" + name + "' in the flag table");
+}
+
+std::vector<std::string> reported_spellings(const FlagSpec& spec) {
+  std::vector<std::string> names{spec.name};
+  for (const Spelling& s : spec.aliases) {
+    if (s.reported) names.push_back(s.name);
+  }
+  return names;
+}
+
+}  // namespace ddl::launcher

@@ -1,0 +1,213 @@
+#include "launcher/options/values.h"
+
+#include <algorithm>
+#include <boost/asio/ip/address_v4.hpp>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <set>
+
+namespace ddl::launcher {
+
+bool is_boolean_word(std::string v) {
+  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
+  return v == "true" || v == "false" || v == "0" || v == "1";
+}
+
+[[noreturn]] void bad_value(const std::string& flag, const std::string& value,
+                            const std::string& expected) {
+  throw OptionsError("--" + flag + "='" + value + "': " + expected);
+}
+
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  while (true) {
+    std::size_t pos = text.find(',', start);
+    parts.push_back(text.substr(start, pos == std::string::npos ? pos : pos - start));
+    if (pos == std::string::npos) break;
+    start = pos + 1;
+  }
+  return parts;
+}
+
+int parse_int_flag(const std::string& flag, const std::string& value, int min, int max) {
+  int v = 0;
+  try {
+    v = env::parse_non_negative_int(value, "--" + flag);
+  } catch (const env::EnvError&) {
+    bad_value(flag, value,
+              "expected an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+  }
+  if (v < min || v > max) {
+    bad_value(flag, value,
+              "expected an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+  }
+  return v;
+}
+
+// Seconds as typed by a user ("10", "0.5") -> milliseconds.
+std::chrono::milliseconds parse_seconds(const std::string& flag, const std::string& value,
+                                        bool allow_zero) {
+  const char* begin = value.c_str();
+  char* end = nullptr;
+  double s = std::strtod(begin, &end);
+  const bool ok = !value.empty() && end == begin + value.size() && std::isfinite(s) &&
+                  value.find_first_of(" \t+-eExXnN") == std::string::npos &&
+                  (allow_zero ? s >= 0 : s > 0) && s <= 1e7;
+  if (!ok) {
+    bad_value(flag, value,
+              std::string("expected a number of seconds ") + (allow_zero ? ">= 0" : "> 0"));
+  }
+  auto ms = std::chrono::milliseconds(static_cast<long long>(std::llround(s * 1000.0)));
+  if (!allow_zero && ms.count() == 0) ms = std::chrono::milliseconds(1);
+  return ms;
+}
+
+bool parse_bool(const std::string& flag, const std::string& value) {
+  std::string v = value;
+  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (v == "true" || v == "1" || v == "yes" || v == "on") return true;
+  if (v == "false" || v == "0" || v == "no" || v == "off") return false;
+  bad_value(flag, value, "expected true or false");
+}
+
+// torchrun's Std spelling of --tee / --redirects: one value 0..3 for every local rank, or
+// LOCAL_RANK:VALUE pairs; a rank is in the set when its value is not 0.
+LocalRanks parse_streams(const std::string& flag, const std::string& value) {
+  const std::string expected =
+      "expected 0 (none), 1 (stdout), 2 (stderr), 3 (both), or LOCAL_RANK:VALUE,... such as "
+      "0:3,1:0";
+  auto level = [&](const std::string& v) {
+    if (v.size() != 1 || v[0] < '0' || v[0] > '3') bad_value(flag, value, expected);
+    return v[0] - '0';
+  };
+  LocalRanks out;
+  if (value.find(':') == std::string::npos) {
+    out.all = level(value) != 0;
+    return out;
+  }
+  std::set<int> seen;
+  for (const std::string& part : split_commas(value)) {
+    const auto colon = part.find(':');
+    if (colon == std::string::npos) bad_value(flag, value, expected);
+    int rank = 0;
+    try {
+      rank = env::parse_non_negative_int(part.substr(0, colon), "--" + flag);
+    } catch (const env::EnvError&) {
+      bad_value(flag, value, expected);
+    }
+    if (!seen.insert(rank).second) {
+      bad_value(flag, value, "local rank " + std::to_string(rank) + " is listed twice");
+    }
+    if (level(part.substr(colon + 1)) != 0) out.ranks.push_back(rank);
+  }
+  std::sort(out.ranks.begin(), out.ranks.end());
+  return out;
+}
+
+// --local_ranks_filter=0,2: local ranks, each a non-negative integer.
+LocalRanks parse_rank_list(const std::string& flag, const std::string& value) {
+  LocalRanks out;
+  for (const std::string& part : split_commas(value)) {
+    int rank = 0;
+    try {
+      rank = env::parse_non_negative_int(part, "--" + flag);
+    } catch (const env::EnvError&) {
+      bad_value(flag, value, "expected a comma-separated list of local ranks (0,1,...)");
+    }
+    if (std::find(out.ranks.begin(), out.ranks.end(), rank) == out.ranks.end()) {
+      out.ranks.push_back(rank);
+    }
+  }
+  std::sort(out.ranks.begin(), out.ranks.end());
+  return out;
+}
+
+std::vector<int> parse_gpus(const std::string& flag, const std::string& value) {
+  if (value.empty()) bad_value(flag, value, "expected a comma-separated list of GPU ids");
+  std::vector<int> ids;
+  for (const std::string& part : split_commas(value)) {
+    int id = 0;
+    try {
+      id = env::parse_non_negative_int(part, "--" + flag);
+    } catch (const env::EnvError&) {
+      bad_value(flag, value, "GPU id '" + part + "' is not a non-negative integer");
+    }
+    if (std::find(ids.begin(), ids.end(), id) != ids.end()) {
+      bad_value(flag, value, "GPU id " + std::to_string(id) + " is listed twice");
+    }
+    ids.push_back(id);
+  }
+  return ids;
+}
+
+std::string check_ip(const std::string& flag, const std::string& all, const std::string& ip) {
+  if (!is_valid_host(ip)) bad_value(flag, all, "'" + ip + "' is not an IPv4 address or host name");
+  return ip;
+}
+
+std::vector<std::string> parse_ips(const std::string& flag, const std::string& value) {
+  if (value.empty()) {
+    bad_value(flag, value, "expected a comma-separated list of IPv4 addresses or host names");
+  }
+  std::vector<std::string> ips;
+  for (const std::string& part : split_commas(value)) {
+    check_ip(flag, value, part);
+    if (std::find(ips.begin(), ips.end(), part) != ips.end()) {
+      bad_value(flag, value, "address '" + part + "' is listed twice");
+    }
+    ips.push_back(part);
+  }
+  return ips;
+}
+
+// --servers / --workers: host:port entries, each host a valid address, no entry twice.
+std::vector<env::Endpoint> parse_ps_endpoints(const std::string& flag, const std::string& value) {
+  std::vector<env::Endpoint> endpoints;
+  try {
+    endpoints = env::parse_endpoint_list(value, "--" + flag);
+  } catch (const env::EnvError&) {
+    bad_value(flag, value, "expected a comma-separated list of ip:port (port 1..65535)");
+  }
+  for (std::size_t i = 0; i < endpoints.size(); ++i) {
+    check_ip(flag, value, endpoints[i].host);
+    for (std::size_t j = 0; j < i; ++j) {
+      if (endpoints[j] == endpoints[i]) {
+        bad_value(flag, value, "endpoint '" + endpoints[i].str() + "' is listed twice");
+      }
+    }
+  }
+  return endpoints;
+}
+
+std::string parse_name(const std::string& flag, const std::string& v) {
+  if (v.empty() || v.find_first_of(" \t\n,=") != std::string::npos) {
+    bad_value(flag, v, "expected a non-empty name without spaces, commas or '='");
+  }
+  return v;
+}
+
+bool is_valid_host(const std::string& host) {
+  if (host.empty() || host.size() > 253) return false;
+  if (host.find_first_not_of("0123456789.") == std::string::npos) {
+    boost::system::error_code ec;
+    boost::asio::ip::make_address_v4(host, ec);
+    return !ec;
+  }
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t dot = host.find('.', start);
+    const std::string label = host.substr(start, dot == std::string::npos ? dot : dot - start);
+    if (label.empty() || label.size() > 63 || label.front() == '-' || label.back() == '-') {
+      return false;
+    }
+    for (char c : label) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') return false;
+    }
+    if (dot == std::string::npos) return true;
+    start = dot + 1;
+  }
+}
+
+}  // namespace ddl::launcher

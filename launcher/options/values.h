@@ -1,0 +1,45 @@
+// The checks of flag values: each parser takes the flag's spelling (for the message) and the value
+// as typed, and throws OptionsError "--FLAG='VALUE': what was expected" when it is bad.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "env/contract.h"
+#include "launcher/options/options.h"
+
+namespace ddl::launcher {
+
+[[noreturn]] void bad_value(const std::string& flag, const std::string& value,
+                            const std::string& expected);
+
+// "a,b,,c" -> {"a", "b", "", "c"}.
+std::vector<std::string> split_commas(const std::string& text);
+
+// An integer in [min, max].
+int parse_int_flag(const std::string& flag, const std::string& value, int min, int max);
+// Seconds as typed by a user ("10", "0.5"): >= 0 when allow_zero, else > 0 (at least 1 ms).
+std::chrono::milliseconds parse_seconds(const std::string& flag, const std::string& value,
+                                        bool allow_zero);
+// true/false, 1/0, yes/no, on/off (any case).
+bool parse_bool(const std::string& flag, const std::string& value);
+// True for the words Paddle's space form of a boolean takes (--print_config False).
+bool is_boolean_word(std::string value);
+// A non-empty name without spaces, commas or '='.
+std::string parse_name(const std::string& flag, const std::string& value);
+// torchrun's Std spelling of --tee / --redirects: 0..3 for every local rank, or LOCAL_RANK:VALUE
+// pairs; a rank is in the set when its value is not 0.
+LocalRanks parse_streams(const std::string& flag, const std::string& value);
+// --local_ranks_filter=0,2: local ranks, each a non-negative integer.
+LocalRanks parse_rank_list(const std::string& flag, const std::string& value);
+// Distinct non-negative GPU ids.
+std::vector<int> parse_gpus(const std::string& flag, const std::string& value);
+// `ip` when it is an IPv4 address or host name (`all` is the whole value, for the message).
+std::string check_ip(const std::string& flag, const std::string& all, const std::string& ip);
+// Distinct addresses.
+std::vector<std::string> parse_ips(const std::string& flag, const std::string& value);
+// --servers / --workers: host:port entries, each host a valid address, no entry twice.
+std::vector<env::Endpoint> parse_ps_endpoints(const std::string& flag, const std::string& value);
+
+}  // namespace ddl::launcher
