@@ -26,22 +26,20 @@ std::string join_hosts(const std::vector<env::Endpoint>& a, const std::vector<en
   return out;
 }
 
-// The variables of one planned process: its contract's, then the plan's additions.
 // This node's `count` ports, for the `what` it starts ("workers", "servers and trainers"):
-// --started_port .. --started_port+count-1, or, on a single node without it, free ones from the
-// port picker (distinct and non-zero).
-std::vector<std::uint16_t> pick_local_ports(const LaunchOptions& options,
-                                            const PlanInputs& inputs, int nodes, int count,
-                                            const std::string& what) {
+// started_port .. started_port+count-1, or, on a single node without it, free ones from the port
+// picker (distinct and non-zero).
+std::vector<std::uint16_t> pick_local_ports(const JobConfig& config, const PlanInputs& inputs,
+                                            int nodes, int count, const std::string& what) {
   std::vector<std::uint16_t> ports;
-  if (options.started_port) {
-    if (*options.started_port < 1 || *options.started_port + count - 1 > 65535) {
-      throw PlanError("--started_port=" + std::to_string(*options.started_port) + " with " +
+  if (config.started_port) {
+    if (*config.started_port < 1 || *config.started_port + count - 1 > 65535) {
+      throw PlanError("--started_port=" + std::to_string(*config.started_port) + " with " +
                       std::to_string(count) + " " + what +
                       " per node leaves the port range 1..65535");
     }
     for (int i = 0; i < count; ++i) {
-      ports.push_back(static_cast<std::uint16_t>(*options.started_port + i));
+      ports.push_back(static_cast<std::uint16_t>(*config.started_port + i));
     }
     return ports;
   }
@@ -51,22 +49,22 @@ std::vector<std::uint16_t> pick_local_ports(const LaunchOptions& options,
                     "free ports, so give every node the same --started_port");
   }
   if (!inputs.pick_ports) throw PlanError("no --started_port and no way to pick free ports");
-  ports = inputs.pick_ports(options.node_ip, count);
+  ports = inputs.pick_ports(config.node_ip, count);
   std::set<std::uint16_t> unique(ports.begin(), ports.end());
   if (static_cast<int>(ports.size()) != count || static_cast<int>(unique.size()) != count ||
       unique.count(0) > 0) {
     throw PlanError("the port picker returned " + std::to_string(ports.size()) + " ports (" +
                     std::to_string(unique.size()) + " distinct, non-zero) for " +
-                    std::to_string(count) + " " + what + " on " + options.node_ip);
+                    std::to_string(count) + " " + what + " on " + config.node_ip);
   }
   return ports;
 }
 
 // Every trainer's device in rank order (env::WorkerContract::world_device_ids): the GPU its
-// local index takes from --selected_gpus (the same list on every node), else that index. The
+// local index takes from selected_gpus (the same list on every node), else that index. The
 // local index is rank % per_node for node-major blocks of per_node trainers; with per_node 0
-// (explicit --workers lists) it counts the earlier trainers on the same host.
-std::vector<int> world_device_ids(const LaunchOptions& options,
+// (explicit `workers` lists) it counts the earlier trainers on the same host.
+std::vector<int> world_device_ids(const JobConfig& config,
                                   const std::vector<env::Endpoint>& trainers, int per_node) {
   std::vector<int> ids;
   for (std::size_t r = 0; r < trainers.size(); ++r) {
@@ -76,8 +74,8 @@ std::vector<int> world_device_ids(const LaunchOptions& options,
     } else {
       for (std::size_t q = 0; q < r; ++q) local += trainers[q].host == trainers[r].host;
     }
-    const bool has_gpu = static_cast<std::size_t>(local) < options.selected_gpus.size();
-    ids.push_back(has_gpu ? options.selected_gpus[local] : local);
+    const bool has_gpu = static_cast<std::size_t>(local) < config.selected_gpus.size();
+    ids.push_back(has_gpu ? config.selected_gpus[local] : local);
   }
   return ids;
 }
@@ -90,18 +88,18 @@ struct NodePlace {
 
 // A planned process's variables: its contract (completed with what every process of the job
 // shares) written out, then the plan's additions.
-PlannedWorker make_spec(env::WorkerContract c, const LaunchOptions& options,
-                        const PlanInputs& inputs, const ClusterPlan& plan, NodePlace place) {
+PlannedWorker make_spec(env::WorkerContract c, const JobConfig& config, const PlanInputs& inputs,
+                        const ClusterPlan& plan, NodePlace place) {
   c.job_id = inputs.generation.job_id(inputs.job_id);
   c.secret = inputs.job_secret;
   c.restart_count = inputs.generation.index();
-  if (options.rendezvous_timeout) c.rendezvous_timeout = *options.rendezvous_timeout;
+  if (config.rendezvous_timeout) c.rendezvous_timeout = *config.rendezvous_timeout;
   c.node_rank = place.node;
   c.nnodes = place.nodes;
-  c.role_name = options.role;
-  c.run_id = options.rdzv_id.value_or(inputs.job_id.empty() ? std::string("none") : inputs.job_id);
-  c.max_restarts = options.max_restarts;
-  c.paddle_job_id = options.job_id.value_or("default");
+  c.role_name = config.role_name;
+  c.run_id = config.run_id.value_or(inputs.job_id.empty() ? std::string("none") : inputs.job_id);
+  c.max_restarts = config.max_restarts;
+  c.paddle_job_id = config.paddle_job_id.value_or("default");
   c.world_device_ids = plan.world_device_ids;
   if (!inputs.error_file_dir.empty() && c.role == env::Role::kTrainer) {
     c.error_file = inputs.error_file_dir + "/error." + std::to_string(c.rank) + ".json";
@@ -116,7 +114,7 @@ PlannedWorker make_spec(env::WorkerContract c, const LaunchOptions& options,
       !env::lookup(inputs.caller_env, env::kNcclAsyncErrorHandling)) {
     w.env[env::kNcclAsyncErrorHandling] = "1";  // torchrun's default
   }
-  if (options.log_level_name) w.env[env::kLogLevel] = *options.log_level_name;
+  if (config.log_level) w.env[env::kLogLevel] = *config.log_level;
   // As torchrun runs scripts with -u: output arrives line by line (the hang guard and the
   // console see it), also from a Python program started by the worker.
   if (!env::lookup(inputs.caller_env, env::kPythonUnbuffered)) w.env[env::kPythonUnbuffered] = "1";
@@ -131,135 +129,160 @@ PlannedWorker make_spec(env::WorkerContract c, const LaunchOptions& options,
   return w;
 }
 
+// Which of a parameter-server job's processes this node starts, and where it stands.
+struct PsLocal {
+  std::vector<int> servers;   // server indices this node starts
+  std::vector<int> trainers;  // trainer ids this node starts
+  NodePlace place;
+};
+
+// Explicit `servers`/`workers` lists (see plan.h): they are the job's endpoints; this node starts
+// the entries whose host is its address.
+PsLocal plan_listed_ps(const JobConfig& config, ClusterPlan& plan) {
+  PsLocal local;
+  plan.server_endpoints = config.servers;
+  plan.endpoints = config.workers;
+  for (int i = 0; i < static_cast<int>(config.servers.size()); ++i) {
+    if (config.servers[i].host == config.node_ip) local.servers.push_back(i);
+  }
+  for (int i = 0; i < static_cast<int>(config.workers.size()); ++i) {
+    if (config.workers[i].host == config.node_ip) local.trainers.push_back(i);
+  }
+  if (local.servers.empty() && local.trainers.empty()) {
+    throw PlanError("--node_ip='" + config.node_ip +
+                    "' is the host of no entry of --servers or --workers (their hosts: " +
+                    join_hosts(config.servers, config.workers) +
+                    "), so this node would start nothing; run launch with --node_ip set to "
+                    "one of them");
+  }
+  // The nodes are the hosts of the lists, in order of first appearance.
+  const std::vector<std::string> hosts = hosts_in_order(config.servers, config.workers);
+  local.place.nodes = static_cast<int>(hosts.size());
+  local.place.node =
+      static_cast<int>(std::find(hosts.begin(), hosts.end(), config.node_ip) - hosts.begin());
+  plan.world_device_ids = world_device_ids(config, plan.endpoints, 0);
+  return local;
+}
+
+// Counts per node (see plan.h): node-major blocks of S servers then W trainers, from the
+// endpoints the nodes published or from this node's ports.
+PsLocal plan_counted_ps(const JobConfig& config, const PlanInputs& inputs, ClusterPlan& plan) {
+  const int servers = config.server_num;
+  const int trainers = config.worker_num;
+  const int per_node = servers + trainers;
+  int nodes = static_cast<int>(config.node_ips.size());
+  int node = config.node_index();
+  std::vector<env::Endpoint> all;  // node-major blocks: S servers, then W trainers
+  if (inputs.cluster_endpoints) {
+    all = *inputs.cluster_endpoints;
+    if (all.empty() || all.size() % static_cast<std::size_t>(per_node) != 0) {
+      throw PlanError("the nodes published " + std::to_string(all.size()) +
+                      " endpoints, not a multiple of " + std::to_string(servers) +
+                      " servers + " + std::to_string(trainers) + " trainers per node");
+    }
+    nodes = static_cast<int>(all.size()) / per_node;
+    node = inputs.node_rank;
+    if (node < 0 || node >= nodes) {
+      throw PlanError("node rank " + std::to_string(node) + " is not below the " +
+                      std::to_string(nodes) + " nodes of the job");
+    }
+  } else {
+    if (node >= nodes) {
+      throw PlanError("--node_ip='" + config.node_ip + "' is not one of --cluster_node_ips");
+    }
+    const std::vector<std::uint16_t> local_ports =
+        pick_local_ports(config, inputs, nodes, per_node, "servers and trainers");
+    for (int k = 0; k < nodes; ++k) {
+      for (int i = 0; i < per_node; ++i) {
+        all.push_back(env::Endpoint{config.node_ips[k], local_ports[i]});
+      }
+    }
+  }
+  for (int k = 0; k < nodes; ++k) {
+    const auto block = all.begin() + static_cast<std::ptrdiff_t>(k) * per_node;
+    plan.server_endpoints.insert(plan.server_endpoints.end(), block, block + servers);
+    plan.endpoints.insert(plan.endpoints.end(), block + servers, block + per_node);
+  }
+  PsLocal local;
+  for (int i = 0; i < servers; ++i) local.servers.push_back(node * servers + i);
+  for (int i = 0; i < trainers; ++i) local.trainers.push_back(node * trainers + i);
+  local.place = NodePlace{node, nodes};
+  plan.world_device_ids = world_device_ids(config, plan.endpoints, trainers);
+  return local;
+}
+
+// Adds this node's processes of one role to `plan`: `ids` are their global indices, local ranks
+// count within the role; trainers take the selected GPUs in order, servers none.
+void add_local_ps(env::Role role, const std::vector<int>& ids, const JobConfig& config,
+                  const PlanInputs& inputs, NodePlace place, ClusterPlan& plan) {
+  const bool server = role == env::Role::kServer;
+  for (std::size_t j = 0; j < ids.size(); ++j) {
+    env::WorkerContract c;
+    c.role = role;
+    c.rank = ids[j];
+    c.world_size = plan.world_size;
+    c.endpoints = plan.endpoints;
+    c.server_endpoints = plan.server_endpoints;
+    c.current = server ? plan.server_endpoints[c.rank] : plan.endpoints[c.rank];
+    c.local_rank = static_cast<int>(j);
+    c.local_world_size = static_cast<int>(ids.size());
+    if (!server && !config.selected_gpus.empty()) c.gpu = config.selected_gpus[j];
+    plan.local.push_back(make_spec(std::move(c), config, inputs, plan, place));
+  }
+}
+
 // A parameter-server job (see plan.h): every server and trainer endpoint, and which of them
 // this node starts.
-ClusterPlan make_ps_plan(const LaunchOptions& options, const PlanInputs& inputs) {
-  const int servers = options.server_num;
-  const int trainers = options.worker_num;
+ClusterPlan make_ps_plan(const JobConfig& config, const PlanInputs& inputs) {
+  const int servers = config.server_num;
+  const int trainers = config.worker_num;
   if (servers < 1 || trainers < 1) {
     throw PlanError("a parameter-server job needs at least one server and one trainer, got " +
                     std::to_string(servers) + " server(s) and " + std::to_string(trainers) +
                     " trainer(s)");
   }
   ClusterPlan plan;
-  std::vector<int> local_servers;   // server indices this node starts
-  std::vector<int> local_trainers;  // trainer ids this node starts
-  NodePlace place;
-  if (options.explicit_endpoints()) {
-    plan.server_endpoints = options.servers;
-    plan.endpoints = options.workers;
-    for (int i = 0; i < static_cast<int>(options.servers.size()); ++i) {
-      if (options.servers[i].host == options.node_ip) local_servers.push_back(i);
-    }
-    for (int i = 0; i < static_cast<int>(options.workers.size()); ++i) {
-      if (options.workers[i].host == options.node_ip) local_trainers.push_back(i);
-    }
-    if (local_servers.empty() && local_trainers.empty()) {
-      throw PlanError("--node_ip='" + options.node_ip +
-                      "' is the host of no entry of --servers or --workers (their hosts: " +
-                      join_hosts(options.servers, options.workers) +
-                      "), so this node would start nothing; run launch with --node_ip set to "
-                      "one of them");
-    }
-    // The nodes are the hosts of the lists, in order of first appearance.
-    const std::vector<std::string> hosts = hosts_in_order(options.servers, options.workers);
-    place.nodes = static_cast<int>(hosts.size());
-    place.node = static_cast<int>(std::find(hosts.begin(), hosts.end(), options.node_ip) -
-                                  hosts.begin());
-    plan.world_device_ids = world_device_ids(options, plan.endpoints, 0);
-  } else {
-    const int per_node = servers + trainers;
-    int nodes = static_cast<int>(options.cluster_node_ips.size());
-    int node = options.node_index();
-    std::vector<env::Endpoint> all;  // node-major blocks: S servers, then W trainers
-    if (inputs.cluster_endpoints) {
-      all = *inputs.cluster_endpoints;
-      if (all.empty() || all.size() % static_cast<std::size_t>(per_node) != 0) {
-        throw PlanError("the nodes published " + std::to_string(all.size()) +
-                        " endpoints, not a multiple of " + std::to_string(servers) +
-                        " servers + " + std::to_string(trainers) + " trainers per node");
-      }
-      nodes = static_cast<int>(all.size()) / per_node;
-      node = inputs.node_rank;
-      if (node < 0 || node >= nodes) {
-        throw PlanError("node rank " + std::to_string(node) + " is not below the " +
-                        std::to_string(nodes) + " nodes of the job");
-      }
-    } else {
-      if (node >= nodes) {
-        throw PlanError("--node_ip='" + options.node_ip + "' is not one of --cluster_node_ips");
-      }
-      const std::vector<std::uint16_t> local_ports =
-          pick_local_ports(options, inputs, nodes, per_node, "servers and trainers");
-      for (int k = 0; k < nodes; ++k) {
-        for (int i = 0; i < per_node; ++i) {
-          all.push_back(env::Endpoint{options.cluster_node_ips[k], local_ports[i]});
-        }
-      }
-    }
-    for (int k = 0; k < nodes; ++k) {
-      const auto block = all.begin() + static_cast<std::ptrdiff_t>(k) * per_node;
-      plan.server_endpoints.insert(plan.server_endpoints.end(), block, block + servers);
-      plan.endpoints.insert(plan.endpoints.end(), block + servers, block + per_node);
-    }
-    for (int i = 0; i < servers; ++i) local_servers.push_back(node * servers + i);
-    for (int i = 0; i < trainers; ++i) local_trainers.push_back(node * trainers + i);
-    place = NodePlace{node, nodes};
-    plan.world_device_ids = world_device_ids(options, plan.endpoints, trainers);
-  }
+  const PsLocal local = config.explicit_endpoints() ? plan_listed_ps(config, plan)
+                                                    : plan_counted_ps(config, inputs, plan);
   plan.world_size = static_cast<int>(plan.endpoints.size());
-  if (!options.selected_gpus.empty() &&
-      options.selected_gpus.size() != local_trainers.size()) {
-    throw PlanError("--selected_gpus lists " + std::to_string(options.selected_gpus.size()) +
-                    " GPU(s) but this node (" + options.node_ip + ") starts " +
-                    std::to_string(local_trainers.size()) + " trainer(s): one GPU per trainer");
+  if (!config.selected_gpus.empty() && config.selected_gpus.size() != local.trainers.size()) {
+    throw PlanError("--selected_gpus lists " + std::to_string(config.selected_gpus.size()) +
+                    " GPU(s) but this node (" + config.node_ip + ") starts " +
+                    std::to_string(local.trainers.size()) + " trainer(s): one GPU per trainer");
   }
 
-  const int local_processes = static_cast<int>(local_servers.size() + local_trainers.size());
+  const int local_processes = static_cast<int>(local.servers.size() + local.trainers.size());
   if (!env::lookup(inputs.caller_env, env::kOmpNumThreads)) {
     plan.omp_threads_defaulted = env::default_omp_threads(inputs.cores, local_processes);
   }
-  // This node's processes of one role: `ids` are their global indices, local ranks count within
-  // the role; trainers take the selected GPUs in order, servers none.
-  auto add_local = [&](env::Role role, const std::vector<int>& ids) {
-    const bool server = role == env::Role::kServer;
-    for (std::size_t j = 0; j < ids.size(); ++j) {
-      env::WorkerContract c;
-      c.role = role;
-      c.rank = ids[j];
-      c.world_size = plan.world_size;
-      c.endpoints = plan.endpoints;
-      c.server_endpoints = plan.server_endpoints;
-      c.current = server ? plan.server_endpoints[c.rank] : plan.endpoints[c.rank];
-      c.local_rank = static_cast<int>(j);
-      c.local_world_size = static_cast<int>(ids.size());
-      if (!server && !options.selected_gpus.empty()) c.gpu = options.selected_gpus[j];
-      plan.local.push_back(make_spec(std::move(c), options, inputs, plan, place));
-    }
-  };
-  add_local(env::Role::kServer, local_servers);
-  add_local(env::Role::kTrainer, local_trainers);
+  add_local_ps(env::Role::kServer, local.servers, config, inputs, local.place, plan);
+  add_local_ps(env::Role::kTrainer, local.trainers, config, inputs, local.place, plan);
   return plan;
 }
 
 }  // namespace
 
-int local_endpoint_count(const LaunchOptions& options) {
-  return options.ps_job() ? options.server_num + options.worker_num : options.nproc_per_node;
+int JobConfig::node_index() const {
+  auto it = std::find(node_ips.begin(), node_ips.end(), node_ip);
+  return static_cast<int>(it - node_ips.begin());
 }
 
-std::vector<env::Endpoint> local_endpoints(const LaunchOptions& options, const std::string& host,
+int local_endpoint_count(const JobConfig& config) {
+  return config.ps_job() ? config.server_num + config.worker_num : config.nproc_per_node;
+}
+
+std::vector<env::Endpoint> local_endpoints(const JobConfig& config, const std::string& host,
                                            const std::vector<std::uint16_t>& free_ports) {
-  const int count = local_endpoint_count(options);
-  if (!options.started_port && static_cast<int>(free_ports.size()) != count) {
+  const int count = local_endpoint_count(config);
+  if (!config.started_port && static_cast<int>(free_ports.size()) != count) {
     throw PlanError("this node needs " + std::to_string(count) + " free ports on " + host +
                     ", got " + std::to_string(free_ports.size()));
   }
   std::vector<env::Endpoint> local;
   for (int i = 0; i < count; ++i) {
     local.push_back(env::Endpoint{
-        host, options.started_port ? static_cast<std::uint16_t>(*options.started_port + i)
-                                   : free_ports[i]});
+        host, config.started_port ? static_cast<std::uint16_t>(*config.started_port + i)
+                                  : free_ports[i]});
   }
   return local;
 }
@@ -270,13 +293,13 @@ void put_port_first(std::vector<std::uint16_t>& ports, std::uint16_t wanted) {
   ports[0] = wanted;
 }
 
-ClusterPlan make_plan(const LaunchOptions& options, const PlanInputs& inputs) {
-  if (options.ps_job()) return make_ps_plan(options, inputs);
-  const int per_node = options.nproc_per_node;
+ClusterPlan make_plan(const JobConfig& config, const PlanInputs& inputs) {
+  if (config.ps_job()) return make_ps_plan(config, inputs);
+  const int per_node = config.nproc_per_node;
   if (per_node < 1)
     throw PlanError("--nproc_per_node must be >= 1, got " + std::to_string(per_node));
-  int nodes = static_cast<int>(options.cluster_node_ips.size());
-  int node = options.node_index();
+  int nodes = static_cast<int>(config.node_ips.size());
+  int node = config.node_index();
   ClusterPlan plan;
   if (inputs.cluster_endpoints) {
     const auto& all = *inputs.cluster_endpoints;
@@ -293,26 +316,26 @@ ClusterPlan make_plan(const LaunchOptions& options, const PlanInputs& inputs) {
     }
     plan.endpoints = all;
   } else if (node >= nodes) {
-    throw PlanError("--node_ip='" + options.node_ip + "' is not one of --cluster_node_ips");
+    throw PlanError("--node_ip='" + config.node_ip + "' is not one of --cluster_node_ips");
   }
   plan.world_size = per_node * nodes;
 
   // Endpoints published through the control store are known already.
   std::vector<std::uint16_t> local_ports =
       inputs.cluster_endpoints ? std::vector<std::uint16_t>()
-                               : pick_local_ports(options, inputs, nodes, per_node, "workers");
-  // A single node given --master_port (torchrun's spelling) hosts the workers' store there: rank
-  // 0's endpoint is MASTER_ADDR:MASTER_PORT, so they appear as given.
-  if (nodes == 1 && !inputs.cluster_endpoints && options.master_port && !options.started_port &&
+                               : pick_local_ports(config, inputs, nodes, per_node, "workers");
+  // A single node told rank 0's port (torchrun's --master_port) hosts the workers' store there:
+  // rank 0's endpoint is MASTER_ADDR:MASTER_PORT, so they appear as given.
+  if (nodes == 1 && !inputs.cluster_endpoints && config.rank0_port && !config.started_port &&
       !local_ports.empty()) {
-    put_port_first(local_ports, static_cast<std::uint16_t>(*options.master_port));
+    put_port_first(local_ports, static_cast<std::uint16_t>(*config.rank0_port));
   }
 
   for (int k = 0; k < nodes && !inputs.cluster_endpoints; ++k) {
     for (int i = 0; i < per_node; ++i) {
       const std::uint16_t port =
-          k == node ? local_ports[i] : static_cast<std::uint16_t>(*options.started_port + i);
-      plan.endpoints.push_back(env::Endpoint{options.cluster_node_ips[k], port});
+          k == node ? local_ports[i] : static_cast<std::uint16_t>(*config.started_port + i);
+      plan.endpoints.push_back(env::Endpoint{config.node_ips[k], port});
     }
   }
 
@@ -320,7 +343,7 @@ ClusterPlan make_plan(const LaunchOptions& options, const PlanInputs& inputs) {
   if (!caller_has_omp)
     plan.omp_threads_defaulted = env::default_omp_threads(inputs.cores, per_node);
 
-  plan.world_device_ids = world_device_ids(options, plan.endpoints, per_node);
+  plan.world_device_ids = world_device_ids(config, plan.endpoints, per_node);
   for (int i = 0; i < per_node; ++i) {
     env::WorkerContract c;
     c.rank = node * per_node + i;
@@ -329,8 +352,8 @@ ClusterPlan make_plan(const LaunchOptions& options, const PlanInputs& inputs) {
     c.local_world_size = per_node;
     c.endpoints = plan.endpoints;
     c.current = plan.endpoints[c.rank];
-    if (!options.selected_gpus.empty()) c.gpu = options.selected_gpus[i];
-    plan.local.push_back(make_spec(std::move(c), options, inputs, plan, NodePlace{node, nodes}));
+    if (!config.selected_gpus.empty()) c.gpu = config.selected_gpus[i];
+    plan.local.push_back(make_spec(std::move(c), config, inputs, plan, NodePlace{node, nodes}));
   }
   return plan;
 }

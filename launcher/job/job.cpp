@@ -18,6 +18,7 @@
 #include "launcher/cluster/plan.h"
 #include "launcher/cluster/topology.h"
 #include "launcher/coord/control.h"
+#include "launcher/job/job_config.h"
 #include "launcher/report/run_report.h"
 #include "launcher/supervise/supervisor.h"
 #include "launcher/supervise/worker_lookup.h"
@@ -112,30 +113,29 @@ void use_membership(const Membership& membership, PlanInputs& inputs) {
                 membership.generation.index(), nodes, membership.position);
 }
 
-// Joins the other nodes through node 0's control store; fills the job id, the endpoints and the
-// first generation this node runs (a later one for a node admitted into a running elastic job).
-std::unique_ptr<ControlChannel> form_multi_node_job(const LaunchOptions& options,
-                                                    NodeTopology& topology,
-                                                    const std::optional<std::string>& caller_job_id,
-                                                    const std::optional<std::string>& caller_secret,
-                                                    std::string& job_id, PlanInputs& inputs,
-                                                    Generation& first,
-                                                    std::shared_ptr<ExternalStop> stop) {
-  if (!caller_secret) {
-    throw PlanError(std::string("a job of ") + std::to_string(topology.nnodes) + " nodes (from " +
-                    topology.source + ") needs the same " + env::kJobSecret +
-                    " on every node: it admits the launchers to node 0's control store and the "
-                    "workers to their store. Set it before starting launch on each node, e.g. "
-                    "export " +
-                    env::kJobSecret +
-                    "=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n') "
-                    "(srun passes the caller's environment on; mpirun needs -x " +
-                    env::kJobSecret + " on other machines)");
-  }
+// A multi-node job needs the same job secret from the caller on every node.
+void require_job_secret(const NodeTopology& topology,
+                        const std::optional<std::string>& caller_secret) {
+  if (caller_secret) return;
+  throw PlanError(std::string("a job of ") + std::to_string(topology.nnodes) + " nodes (from " +
+                  topology.source + ") needs the same " + env::kJobSecret +
+                  " on every node: it admits the launchers to node 0's control store and the "
+                  "workers to their store. Set it before starting launch on each node, e.g. "
+                  "export " +
+                  env::kJobSecret +
+                  "=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n') "
+                  "(srun passes the caller's environment on; mpirun needs -x " +
+                  env::kJobSecret + " on other machines)");
+}
+
+// How this node reaches node 0's control store; says which node this is.
+ControlOptions control_options_for(const LaunchOptions& options, const NodeTopology& topology,
+                                   const std::optional<std::string>& caller_job_id,
+                                   const std::string& secret) {
   ControlOptions control_options;
   control_options.endpoint = topology.control;
   control_options.job_id = caller_job_id ? *caller_job_id + "/control" : "ddl-control";
-  control_options.secret = *caller_secret;
+  control_options.secret = secret;
   control_options.node_rank = topology.node_rank;
   control_options.nnodes = topology.nnodes;
   control_options.min_nnodes = topology.min_nnodes;
@@ -152,26 +152,70 @@ std::unique_ptr<ControlChannel> form_multi_node_job(const LaunchOptions& options
     spdlog::info("node {} of {} ({}); control store at {}", topology.node_rank, topology.nnodes,
                  topology.source, topology.control.str());
   }
-  auto control = std::make_unique<ControlChannel>(control_options);
+  return control_options;
+}
+
+// The endpoints this node publishes to the others: its address (given, node 0's --master_addr
+// in torchrun's static spelling, or the route towards the control store) and its ports.
+std::vector<env::Endpoint> published_endpoints(const LaunchOptions& options,
+                                               const JobConfig& config,
+                                               const NodeTopology& topology) {
+  // torchrun's static spelling: node 0's rank 0 is MASTER_ADDR:MASTER_PORT as given.
+  const bool hosts_master = options.workers_master() && topology.node_rank == 0;
+  std::string host;
+  if (topology.local_host) {
+    host = *topology.local_host;
+  } else if (hosts_master) {
+    host = *options.master_addr;
+  } else {
+    host = net::route_address_towards(topology.control.host, topology.control.port);
+  }
+  std::vector<std::uint16_t> ports =
+      config.started_port
+          ? std::vector<std::uint16_t>{}
+          : net::pick_free_ports(net::resolve_ipv4(host), local_endpoint_count(config));
+  if (hosts_master && !ports.empty()) {
+    put_port_first(ports, static_cast<std::uint16_t>(options.workers_master_port()));
+  }
+  return local_endpoints(config, host, ports);
+}
+
+// What the nodes agreed on, once the first generation is joined.
+void log_agreement(const JobConfig& config, const NodeTopology& topology,
+                   const PlanInputs& inputs) {
+  const int nodes = static_cast<int>(inputs.cluster_endpoints->size()) /
+                    std::max(1, local_endpoint_count(config));
+  if (config.ps_job()) {
+    spdlog::info("node {}: all {} node(s) agree; {} server(s), {} trainer(s)", topology.node_rank,
+                 nodes, config.server_num * nodes, config.worker_num * nodes);
+  } else {
+    spdlog::info("node {}: {} {} node(s) agree{}; world size {}", topology.node_rank,
+                 nodes == topology.nnodes ? "all" : "the", nodes,
+                 topology.elastic() ? " (elastic, " + std::to_string(topology.min_nnodes) + ".." +
+                                          std::to_string(topology.nnodes) + ")"
+                                    : std::string(),
+                 inputs.cluster_endpoints->size());
+  }
+}
+
+// Joins the other nodes through node 0's control store; fills the job id, the endpoints and the
+// first generation this node runs (a later one for a node admitted into a running elastic job).
+std::unique_ptr<ControlChannel> form_multi_node_job(const LaunchOptions& options,
+                                                    const JobConfig& config, NodeTopology& topology,
+                                                    const std::optional<std::string>& caller_job_id,
+                                                    const std::optional<std::string>& caller_secret,
+                                                    std::string& job_id, PlanInputs& inputs,
+                                                    Generation& first,
+                                                    std::shared_ptr<ExternalStop> stop) {
+  require_job_secret(topology, caller_secret);
+  auto control = std::make_unique<ControlChannel>(
+      control_options_for(options, topology, caller_job_id, *caller_secret));
   topology.node_rank = control->node_rank();
 
-  ControlChannel::Agreement agreement;
   try {
-    // torchrun's static spelling: node 0's rank 0 is MASTER_ADDR:MASTER_PORT as given.
-    const bool hosts_master = options.workers_master() && topology.node_rank == 0;
-    const std::string host =
-        topology.local_host ? *topology.local_host
-        : hosts_master      ? *options.master_addr
-                            : net::route_address_towards(topology.control.host, topology.control.port);
-    std::vector<std::uint16_t> ports =
-        options.started_port
-            ? std::vector<std::uint16_t>{}
-            : net::pick_free_ports(net::resolve_ipv4(host), local_endpoint_count(options));
-    if (hosts_master && !ports.empty()) {
-      put_port_first(ports, static_cast<std::uint16_t>(options.workers_master_port()));
-    }
-    const std::vector<env::Endpoint> local = local_endpoints(options, host, ports);
-    agreement = control->rendezvous(describe_job(options, topology), local, job_id);
+    const std::vector<env::Endpoint> local = published_endpoints(options, config, topology);
+    const ControlChannel::Agreement agreement =
+        control->rendezvous(describe_job(options, topology), local, job_id);
     job_id = agreement.job_id;
     // Heartbeats from here on: node 0 must not take this node for lost while it waits for the
     // first generation (a node admitted late into an elastic job may wait long).
@@ -183,19 +227,7 @@ std::unique_ptr<ControlChannel> form_multi_node_job(const LaunchOptions& options
     control->abandon();
     throw;
   }
-  const int nodes = static_cast<int>(inputs.cluster_endpoints->size()) /
-                    std::max(1, local_endpoint_count(options));
-  if (options.ps_job()) {
-    spdlog::info("node {}: all {} node(s) agree; {} server(s), {} trainer(s)", topology.node_rank,
-                 nodes, options.server_num * nodes, options.worker_num * nodes);
-  } else {
-    spdlog::info("node {}: {} {} node(s) agree{}; world size {}", topology.node_rank,
-                 nodes == topology.nnodes ? "all" : "the", nodes,
-                 topology.elastic() ? " (elastic, " + std::to_string(topology.min_nnodes) + ".." +
-                                          std::to_string(topology.nnodes) + ")"
-                                    : std::string(),
-                 inputs.cluster_endpoints->size());
-  }
+  log_agreement(config, topology, inputs);
   return control;
 }
 
@@ -214,133 +246,57 @@ bool shown_on_console(const LaunchOptions& options, const PlannedWorker& spec) {
   return chosen || options.tee.contains(local);
 }
 
-}  // namespace
-
-int online_cores() {
-  long n = ::sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? static_cast<int>(n) : 1;
+// Says which flag defaults came from the environment (torchrun's PET_<FLAG>, Paddle's
+// PADDLE_<FLAG>), when any did.
+void log_environment_defaults(const LaunchOptions& options) {
+  if (options.from_environment.empty()) return;
+  std::string used;
+  for (const auto& v : options.from_environment) used += (used.empty() ? "" : ", ") + v;
+  spdlog::info("flag defaults from the environment (torchrun's PET_<FLAG>, Paddle's "
+               "PADDLE_<FLAG>): {}",
+               used);
 }
 
-int run_job(const LaunchOptions& options, const JobContext& context) {
-  const env::EnvMap& caller_env = context.caller_env;
-  if (!options.from_environment.empty()) {
-    std::string used;
-    for (const auto& v : options.from_environment) used += (used.empty() ? "" : ", ") + v;
-    spdlog::info("flag defaults from the environment (torchrun's PET_<FLAG>, Paddle's "
-                 "PADDLE_<FLAG>): {}",
-                 used);
-  }
-  std::ostream& config_out = context.config_out ? *context.config_out : std::cout;
-  const WorkerCommand command = worker_command(
+// How WORKER is run (launcher/supervise/worker_lookup.h).
+WorkerCommand resolve_worker(const LaunchOptions& options, const JobContext& context) {
+  WorkerCommand command = worker_command(
       WorkerChoice{options.worker, options.module, options.no_python, options.run_path,
                    options.python},
-      context.launcher_dir, caller_env);
-  const std::string& executable = command.executable;
+      context.launcher_dir, context.caller_env);
   if (command.python) {
-    spdlog::debug("running {} as {} -u {}{}", options.worker, executable,
+    spdlog::debug("running {} as {} -u {}{}", options.worker, command.executable,
                   options.module ? "-m " : "", options.worker);
   }
-  NodeTopology topology = resolve_topology(options, caller_env);  // node rank: maybe assigned below
+  return command;
+}
 
-  PlanInputs inputs;
-  inputs.cores = context.cores;
-  inputs.caller_env = caller_env;
-  // Every generation uses the endpoints of the first: other nodes know only those, and the store
-  // binds with SO_REUSEADDR, so a port of a reaped generation is free again at once.
-  std::vector<std::uint16_t> first_ports;
-  inputs.pick_ports = [&first_ports](const std::string& host, int count) {
-    if (first_ports.empty()) first_ports = net::pick_free_ports(host, count);
-    return first_ports;
-  };
-  // The job's identity must be the same on every node: the caller's DDL_JOB_ID / DDL_JOB_SECRET
-  // when set; otherwise a single node makes its own, and a multi-node job takes node 0's job id
-  // through the control store and requires the secret from the caller (it also admits the
-  // launchers to that store, so it cannot travel through it).
-  const std::optional<std::string> caller_job_id = non_empty(caller_env, env::kJobId);
-  const std::optional<std::string> caller_secret = non_empty(caller_env, env::kJobSecret);
-  check_explicit_identity(options, caller_job_id, caller_secret);
-  std::string job_id = caller_job_id.value_or(random_hex(kJobIdBytes));
-  inputs.job_secret = caller_secret.value_or(random_hex(kJobSecretBytes));
+// The processes of `plan` as the supervisor starts them: WORKER with its arguments, in the
+// caller's environment with the plan's variables on top.
+std::vector<Worker> launches_of(const ClusterPlan& plan, const LaunchOptions& options,
+                                const WorkerCommand& command, const env::EnvMap& caller_env) {
+  std::vector<Worker> launches;
+  for (const PlannedWorker& spec : plan.local) {
+    Worker l;
+    l.role = spec.contract.role;
+    l.index = spec.contract.rank;
+    l.echo = shown_on_console(options, spec);
+    l.executable = command.executable;
+    l.args = command.args;
+    l.args.insert(l.args.end(), options.worker_args.begin(), options.worker_args.end());
+    l.env = merge_env(caller_env, spec.env, spec.removed);
+    launches.push_back(std::move(l));
+  }
+  // Lines of several processes on one console need their names.
+  const auto shown =
+      std::count_if(launches.begin(), launches.end(), [](const Worker& l) { return *l.echo; });
+  for (Worker& l : launches) l.prefix_echo = shown > 1;
+  return launches;
+}
 
-  std::unique_ptr<ControlChannel> control;
-  Generation first_generation;
-  auto stop = std::make_shared<ExternalStop>();
-  if (topology.multi_node()) {
-    control = form_multi_node_job(options, topology, caller_job_id, caller_secret, job_id, inputs,
-                                  first_generation, stop);
-  }
-  inputs.job_id = job_id;
-  // torchrun's error files (TORCHELASTIC_ERROR_FILE): in LOG_DIR, else in a scratch folder.
-  std::optional<ScratchDir> scratch;
-  if (options.log_dir) {
-    inputs.error_file_dir = std::filesystem::absolute(*options.log_dir).string();
-  } else {
-    scratch.emplace();
-    inputs.error_file_dir = scratch->path();
-  }
-
-  // Each generation is a new rendezvous with its own job id (launcher/cluster/generation.h); in a
-  // multi-node job every node joins it together, and node 0 says who takes part.
-  auto plan_for = [&](Generation generation) {
-    if (control && generation != first_generation) {
-      const Membership membership = control->join_generation(generation);
-      if (membership.generation != generation) {
-        throw ControlError("node 0 formed generation " + std::to_string(generation.index()) +
-                           " without this node");
-      }
-      use_membership(membership, inputs);
-    }
-    PlanInputs in = inputs;
-    in.generation = generation;
-    return make_plan(options, in);
-  };
-  // From here on a multi-node job is running elsewhere: a failure to start here must stop it.
-  auto fail_here = [&](const std::string& what) {
-    if (!control) return;
-    control->report_failure(FailureNotice{std::nullopt, kExitError, what});
-    control->finish();
-  };
-  ClusterPlan plan;
-  try {
-    plan = plan_for(first_generation);
-  } catch (const std::exception& e) {
-    fail_here(std::string("cannot plan the job: ") + e.what());
-    throw;
-  }
-
-  if (options.print_config) {
-    config_out << describe_options(options) << describe_plan(plan) << std::flush;
-  }
-  if (plan.omp_threads_defaulted) {
-    spdlog::info("{} is not set: giving each of the {} worker(s) {}={} ({} cores)",
-                 env::kOmpNumThreads, plan.local.size(), env::kOmpNumThreads,
-                 *plan.omp_threads_defaulted, inputs.cores);
-  }
-
-  auto launches_of = [&](const ClusterPlan& p) {
-    std::vector<Worker> launches;
-    for (const PlannedWorker& spec : p.local) {
-      Worker l;
-      l.role = spec.contract.role;
-      l.index = spec.contract.rank;
-      l.echo = shown_on_console(options, spec);
-      l.executable = executable;
-      l.args = command.args;
-      l.args.insert(l.args.end(), options.worker_args.begin(), options.worker_args.end());
-      l.env = merge_env(caller_env, spec.env, spec.removed);
-      launches.push_back(std::move(l));
-    }
-    // Lines of several processes on one console need their names.
-    const auto shown = std::count_if(launches.begin(), launches.end(),
-                                     [](const Worker& l) { return *l.echo; });
-    for (Worker& l : launches) l.prefix_echo = shown > 1;
-    return launches;
-  };
-  const GenerationFactory generations = [&](Generation generation) {
-    if (generation == first_generation) return launches_of(plan);
-    spdlog::debug("restart {}: job id {}", generation.index(), generation.job_id(job_id));
-    return launches_of(plan_for(generation));
-  };
+// How the supervisor runs this node's processes, short of a multi-node job's hooks and the run
+// report.
+SupervisorOptions supervisor_options(const LaunchOptions& options, const NodeTopology& topology,
+                                     Generation first_generation) {
   SupervisorOptions sup;
   sup.log_dir = options.log_dir;
   sup.append_logs = !options.log_overwrite;
@@ -351,44 +307,203 @@ int run_job(const LaunchOptions& options, const JobContext& context) {
   sup.server_grace = options.server_grace_or_default();
   sup.first_generation = first_generation;
   sup.indices_may_change = topology.elastic();
-  std::unique_ptr<RunReport> report;
-  if (options.report && options.log_dir) {
-    RunReport::JobInfo info;
-    info.job_id = job_id;
-    info.worker = command.python ? options.worker : executable;
-    info.node_rank = topology.node_rank;
-    info.nnodes = topology.nnodes;
-    report = std::make_unique<RunReport>(info);
-    sup.report = report.get();
-  }
-  spdlog::debug("job {}: world size {}", job_id, plan.world_size);
-  if (!control) return supervise(generations, sup).exit_code;
+  return sup;
+}
 
-  JobOutcome outcome;
-  try {
-    sup.external_stop = stop;
-    sup.on_failure = [&control](const FailureNotice& notice) { control->report_failure(notice); };
-    sup.on_generation_failure = [&control](Generation g, const FailureNotice& notice) {
-      control->report_generation_failure(g, notice);
+// One run of the job on this node: run_job()'s steps, in the order run() takes them, and what
+// they hand each other. The members are declared in the order the steps make them, so they go
+// in reverse: the run report first, the control connection last.
+class JobRun {
+ public:
+  JobRun(const LaunchOptions& options, const JobContext& context)
+      : options_(options), context_(context), config_(job_config(options)) {}
+  JobRun(const JobRun&) = delete;
+  JobRun& operator=(const JobRun&) = delete;
+
+  int run() {
+    log_environment_defaults(options_);
+    command_ = resolve_worker(options_, context_);
+    topology_ = resolve_topology(options_, context_.caller_env);  // node rank: maybe assigned below
+    prepare_inputs();
+    fix_identity();
+    if (topology_.multi_node()) {
+      control_ = form_multi_node_job(options_, config_, topology_, caller_job_id_, caller_secret_,
+                                     job_id_, inputs_, first_generation_, stop_);
+    }
+    inputs_.job_id = job_id_;
+    choose_error_file_dir();
+    plan_first_generation();
+    show_plan();
+
+    const GenerationFactory generations = [this](Generation generation) {
+      return launches_for(generation);
     };
-    sup.on_generation_success = [&control](Generation g) {
-      control->report_generation_success(g);
+    SupervisorOptions sup = supervisor_options(options_, topology_, first_generation_);
+    add_report(sup);
+    spdlog::debug("job {}: world size {}", job_id_, plan_.world_size);
+    if (!control_) return supervise(generations, sup).exit_code;
+    return supervise_with_nodes(generations, sup);
+  }
+
+ private:
+  // What every generation's plan starts from: the machine, the caller's environment, the ports.
+  void prepare_inputs() {
+    inputs_.cores = context_.cores;
+    inputs_.caller_env = context_.caller_env;
+    // Every generation uses the endpoints of the first: other nodes know only those, and the
+    // store binds with SO_REUSEADDR, so a port of a reaped generation is free again at once.
+    inputs_.pick_ports = [this](const std::string& host, int count) {
+      if (first_ports_.empty()) first_ports_ = net::pick_free_ports(host, count);
+      return first_ports_;
     };
-    outcome = supervise(generations, sup);
-  } catch (const std::exception& e) {
-    fail_here(e.what());
-    throw;
   }
-  const std::optional<FailureRecord> failure = control->finish();
-  int exit_code = outcome.exit_code;
-  if (failure) {
-    spdlog::error("the job failed on {}; first failure: {}",
-                  failure->node == topology.node_rank ? std::string("this node")
-                                                      : "node " + std::to_string(failure->node),
-                  failure->str());
-    if (exit_code == 0) exit_code = failure->exit_code != 0 ? failure->exit_code : kExitError;
+
+  // The job's identity must be the same on every node: the caller's DDL_JOB_ID / DDL_JOB_SECRET
+  // when set; otherwise a single node makes its own, and a multi-node job takes node 0's job id
+  // through the control store and requires the secret from the caller (it also admits the
+  // launchers to that store, so it cannot travel through it).
+  void fix_identity() {
+    caller_job_id_ = non_empty(context_.caller_env, env::kJobId);
+    caller_secret_ = non_empty(context_.caller_env, env::kJobSecret);
+    check_explicit_identity(options_, caller_job_id_, caller_secret_);
+    job_id_ = caller_job_id_.value_or(random_hex(kJobIdBytes));
+    inputs_.job_secret = caller_secret_.value_or(random_hex(kJobSecretBytes));
   }
-  return exit_code;
+
+  // torchrun's error files (TORCHELASTIC_ERROR_FILE): in LOG_DIR, else in a scratch folder.
+  void choose_error_file_dir() {
+    if (options_.log_dir) {
+      inputs_.error_file_dir = std::filesystem::absolute(*options_.log_dir).string();
+    } else {
+      scratch_.emplace();
+      inputs_.error_file_dir = scratch_->path();
+    }
+  }
+
+  // Each generation is a new rendezvous with its own job id (launcher/cluster/generation.h); in
+  // a multi-node job every node joins it together, and node 0 says who takes part.
+  ClusterPlan plan_for(Generation generation) {
+    if (control_ && generation != first_generation_) {
+      const Membership membership = control_->join_generation(generation);
+      if (membership.generation != generation) {
+        throw ControlError("node 0 formed generation " + std::to_string(generation.index()) +
+                           " without this node");
+      }
+      use_membership(membership, inputs_);
+    }
+    PlanInputs in = inputs_;
+    in.generation = generation;
+    return make_plan(config_, in);
+  }
+
+  // Once the nodes agreed, a multi-node job is running elsewhere: a failure to start (or go on)
+  // here must stop it.
+  void fail_here(const std::string& what) {
+    if (!control_) return;
+    control_->report_failure(FailureNotice{std::nullopt, kExitError, what});
+    control_->finish();
+  }
+
+  // The first generation's plan; the other nodes hear of a failure to make it.
+  void plan_first_generation() {
+    try {
+      plan_ = plan_for(first_generation_);
+    } catch (const std::exception& e) {
+      fail_here(std::string("cannot plan the job: ") + e.what());
+      throw;
+    }
+  }
+
+  // --print_config, and the OMP_NUM_THREADS default the plan chose.
+  void show_plan() const {
+    std::ostream& config_out = context_.config_out ? *context_.config_out : std::cout;
+    if (options_.print_config) {
+      config_out << describe_options(options_) << describe_plan(plan_) << std::flush;
+    }
+    if (plan_.omp_threads_defaulted) {
+      spdlog::info("{} is not set: giving each of the {} worker(s) {}={} ({} cores)",
+                   env::kOmpNumThreads, plan_.local.size(), env::kOmpNumThreads,
+                   *plan_.omp_threads_defaulted, inputs_.cores);
+    }
+  }
+
+  // The supervisor's GenerationFactory: the first plan, then a new plan for every restart.
+  std::vector<Worker> launches_for(Generation generation) {
+    if (generation == first_generation_) {
+      return launches_of(plan_, options_, command_, context_.caller_env);
+    }
+    spdlog::debug("restart {}: job id {}", generation.index(), generation.job_id(job_id_));
+    return launches_of(plan_for(generation), options_, command_, context_.caller_env);
+  }
+
+  // The run report (--report, with --log_dir), fed by the supervisor.
+  void add_report(SupervisorOptions& sup) {
+    if (!options_.report || !options_.log_dir) return;
+    RunReport::JobInfo info;
+    info.job_id = job_id_;
+    info.worker = command_.python ? options_.worker : command_.executable;
+    info.node_rank = topology_.node_rank;
+    info.nnodes = topology_.nnodes;
+    report_ = std::make_unique<RunReport>(info);
+    sup.report = report_.get();
+  }
+
+  // A multi-node job: the supervisor tells the other nodes of failures and successes through
+  // the control connection; the job's exit code is this node's, or the first failure's
+  // elsewhere.
+  int supervise_with_nodes(const GenerationFactory& generations, SupervisorOptions& sup) {
+    JobOutcome outcome;
+    try {
+      sup.external_stop = stop_;
+      sup.on_failure = [this](const FailureNotice& notice) { control_->report_failure(notice); };
+      sup.on_generation_failure = [this](Generation g, const FailureNotice& notice) {
+        control_->report_generation_failure(g, notice);
+      };
+      sup.on_generation_success = [this](Generation g) { control_->report_generation_success(g); };
+      outcome = supervise(generations, sup);
+    } catch (const std::exception& e) {
+      fail_here(e.what());
+      throw;
+    }
+    const std::optional<FailureRecord> failure = control_->finish();
+    int exit_code = outcome.exit_code;
+    if (failure) {
+      spdlog::error("the job failed on {}; first failure: {}",
+                    failure->node == topology_.node_rank ? std::string("this node")
+                                                         : "node " + std::to_string(failure->node),
+                    failure->str());
+      if (exit_code == 0) exit_code = failure->exit_code != 0 ? failure->exit_code : kExitError;
+    }
+    return exit_code;
+  }
+
+  const LaunchOptions& options_;
+  const JobContext& context_;
+  const JobConfig config_;  // what the planner reads of options_
+  WorkerCommand command_;
+  NodeTopology topology_;
+  PlanInputs inputs_;
+  std::vector<std::uint16_t> first_ports_;  // the ports of the first generation, once picked
+  std::optional<std::string> caller_job_id_;
+  std::optional<std::string> caller_secret_;
+  std::string job_id_;
+  std::unique_ptr<ControlChannel> control_;  // a multi-node job's
+  Generation first_generation_;
+  std::shared_ptr<ExternalStop> stop_ = std::make_shared<ExternalStop>();
+  std::optional<ScratchDir> scratch_;
+  ClusterPlan plan_;  // the first generation's
+  std::unique_ptr<RunReport> report_;
+};
+
+}  // namespace
+
+int online_cores() {
+  long n = ::sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+
+int run_job(const LaunchOptions& options, const JobContext& context) {
+  return JobRun(options, context).run();
 }
 
 ErrorExit launch_exit_for(const std::exception& error) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -13,11 +14,32 @@
 namespace ddl::launcher {
 namespace {
 
-LaunchOptions parse(std::vector<std::string> args) {
-  args.insert(args.begin(), "launch");
-  std::vector<const char*> argv;
-  for (const auto& a : args) argv.push_back(a.c_str());
-  return parse_options(static_cast<int>(argv.size()), argv.data());
+// The plans are made from JobConfigs built here; tests/launcher/job/job_config_test.cpp checks
+// how the command line maps onto them.
+
+// A collective job of `nproc` trainers per node, on one node (127.0.0.1) unless changed.
+JobConfig collective(int nproc) {
+  JobConfig config;
+  config.nproc_per_node = nproc;
+  return config;
+}
+
+// A collective job on the nodes 10.0.0.1 and 10.0.0.2, this node being `ip`, `nproc` trainers
+// per node from port `started_port` on.
+JobConfig two_nodes(const std::string& ip, int started_port, int nproc) {
+  JobConfig config = collective(nproc);
+  config.node_ips = {"10.0.0.1", "10.0.0.2"};
+  config.node_ip = ip;
+  config.started_port = started_port;
+  return config;
+}
+
+// A parameter-server job of `servers` servers and `trainers` trainers per node.
+JobConfig ps(int servers, int trainers) {
+  JobConfig config = collective(trainers);
+  config.server_num = servers;
+  config.worker_num = trainers;
+  return config;
 }
 
 // A port picker that hands out `ports` and records how often it was asked.
@@ -45,7 +67,7 @@ PlanInputs inputs(FakePicker& picker, int cores = 8, env::EnvMap caller = {}) {
 
 TEST(Plan, OneNodeFreePorts) {
   FakePicker picker{{5001, 5002}};
-  const ClusterPlan plan = make_plan(parse({"--nproc_per_node=2", "w"}), inputs(picker));
+  const ClusterPlan plan = make_plan(collective(2), inputs(picker));
   EXPECT_EQ(picker.calls, 1);
   EXPECT_EQ(plan.world_size, 2);
   ASSERT_EQ(plan.local.size(), 2u);
@@ -77,8 +99,8 @@ TEST(Plan, OneNodeFreePorts) {
 
 TEST(Plan, CallerOmpWinsAndOtherVariablesPassThrough) {
   FakePicker picker{{5001, 5002, 5003}};
-  const ClusterPlan plan = make_plan(parse({"--nproc_per_node=3", "w"}),
-                                     inputs(picker, 2, {{"OMP_NUM_THREADS", "7"}, {"HOME", "/h"}}));
+  const ClusterPlan plan =
+      make_plan(collective(3), inputs(picker, 2, {{"OMP_NUM_THREADS", "7"}, {"HOME", "/h"}}));
   EXPECT_FALSE(plan.omp_threads_defaulted);
   const env::EnvMap merged =
       merge_env({{"OMP_NUM_THREADS", "7"}, {"HOME", "/h"}, {"RANK", "99"}}, plan.local[2].env);
@@ -89,15 +111,13 @@ TEST(Plan, CallerOmpWinsAndOtherVariablesPassThrough) {
 
 TEST(Plan, OmpNeverZero) {
   FakePicker picker{{1, 2, 3, 4}};
-  const ClusterPlan plan = make_plan(parse({"--nproc_per_node=4", "w"}), inputs(picker, 2));
+  const ClusterPlan plan = make_plan(collective(4), inputs(picker, 2));
   EXPECT_EQ(plan.local[0].env.at("OMP_NUM_THREADS"), "1");
 }
 
 TEST(Plan, TwoNodesAreNodeMajor) {
   FakePicker picker{{1}};
-  const ClusterPlan plan = make_plan(parse({"--ips=10.0.0.1,10.0.0.2", "--node_ip=10.0.0.2",
-                                            "--started_port=6170", "--nproc_per_node=2", "w"}),
-                                     inputs(picker));
+  const ClusterPlan plan = make_plan(two_nodes("10.0.0.2", 6170, 2), inputs(picker));
   EXPECT_EQ(picker.calls, 0) << "fixed ports need no picking";
   EXPECT_EQ(plan.world_size, 4);
   EXPECT_EQ(env::join_endpoints(plan.endpoints),
@@ -114,20 +134,20 @@ TEST(Plan, TwoNodesAreNodeMajor) {
   EXPECT_EQ(plan.local[1].env.at("MASTER_ADDR"), "10.0.0.1");
   EXPECT_EQ(plan.local[1].env.at("MASTER_PORT"), "6170");
 
-  const ClusterPlan first = make_plan(parse({"--ips=10.0.0.1,10.0.0.2", "--node_ip=10.0.0.1",
-                                             "--started_port=6170", "--nproc_per_node=2", "w"}),
-                                      inputs(picker));
+  const ClusterPlan first = make_plan(two_nodes("10.0.0.1", 6170, 2), inputs(picker));
   EXPECT_EQ(first.endpoints, plan.endpoints) << "every node computes the same endpoint list";
   EXPECT_EQ(first.local[1].env.at("PADDLE_TRAINER_ID"), "1");
 }
 
 TEST(Plan, NodePlaceAndDevicesForTorchrunAndPaddle2) {
   FakePicker picker{{1}};
-  const ClusterPlan plan = make_plan(
-      parse({"--ips=10.0.0.1,10.0.0.2", "--node_ip=10.0.0.2", "--started_port=6170",
-             "--devices=3,1", "--max_restarts=2", "--job_id=mnist", "--rdzv_id=r9", "--role=tr",
-             "w"}),
-      inputs(picker));
+  JobConfig config = two_nodes("10.0.0.2", 6170, 2);
+  config.selected_gpus = {3, 1};
+  config.max_restarts = 2;
+  config.paddle_job_id = "mnist";
+  config.run_id = "r9";
+  config.role_name = "tr";
+  const ClusterPlan plan = make_plan(config, inputs(picker));
   ASSERT_EQ(plan.local.size(), 2u);
   const env::EnvMap& e = plan.local[1].env;
   EXPECT_EQ(e.at("GROUP_RANK"), "1");
@@ -145,12 +165,14 @@ TEST(Plan, NodePlaceAndDevicesForTorchrunAndPaddle2) {
   EXPECT_EQ(e.at("TORCH_NCCL_ASYNC_ERROR_HANDLING"), "1");
   EXPECT_EQ(e.count("TORCHELASTIC_ERROR_FILE"), 0u) << "no error file folder given";
 
-  // Without --rdzv_id the run id is the job's, the same in every generation; error files go to
-  // the folder given; the caller's NCCL setting wins.
+  // Without a run id (--rdzv_id) the run id is the job's, the same in every generation; error
+  // files go to the folder given; the caller's NCCL setting wins.
   PlanInputs in = inputs(picker, 8, {{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"}});
   in.error_file_dir = "/logs";
   in.generation = Generation().next();
-  const ClusterPlan restarted = make_plan(parse({"--started_port=6170", "--nproc_per_node=2", "w"}), in);
+  JobConfig single = collective(2);
+  single.started_port = 6170;
+  const ClusterPlan restarted = make_plan(single, in);
   const env::EnvMap& r = restarted.local[1].env;
   EXPECT_EQ(r.at("TORCHELASTIC_RUN_ID"), "job1");
   EXPECT_EQ(r.at("TORCHELASTIC_RESTART_COUNT"), "1");
@@ -163,7 +185,10 @@ TEST(Plan, NodePlaceAndDevicesForTorchrunAndPaddle2) {
 TEST(Plan, SeveralNodesNeedStartedPort) {
   FakePicker picker{{5001}};
   try {
-    make_plan(parse({"--ips=10.0.0.1,10.0.0.2", "--node_ip=10.0.0.1", "w"}), inputs(picker));
+    JobConfig config = collective(1);
+    config.node_ips = {"10.0.0.1", "10.0.0.2"};
+    config.node_ip = "10.0.0.1";
+    make_plan(config, inputs(picker));
     FAIL() << "planned several nodes without --started_port";
   } catch (const PlanError& e) {
     EXPECT_NE(std::string(e.what()).find("--started_port"), std::string::npos) << e.what();
@@ -172,8 +197,11 @@ TEST(Plan, SeveralNodesNeedStartedPort) {
 
 TEST(Plan, GpusLevelAndRendezvousTimeout) {
   FakePicker picker{{7001, 7002}};
-  const ClusterPlan plan = make_plan(
-      parse({"--gpus=3,5", "--log_level=10", "--rendezvous_timeout=2.5", "w"}), inputs(picker));
+  JobConfig config = collective(2);
+  config.selected_gpus = {3, 5};
+  config.log_level = "debug";
+  config.rendezvous_timeout = std::chrono::milliseconds(2500);
+  const ClusterPlan plan = make_plan(config, inputs(picker));
   ASSERT_EQ(plan.local.size(), 2u);
   EXPECT_EQ(plan.local[0].env.at("FLAGS_selected_gpus"), "3");
   EXPECT_EQ(plan.local[1].env.at("FLAGS_selected_gpus"), "5");
@@ -183,8 +211,10 @@ TEST(Plan, GpusLevelAndRendezvousTimeout) {
 
 TEST(Plan, RoundTripThroughTheEnvironment) {
   FakePicker picker{{7001, 7002, 7003}};
-  const ClusterPlan plan = make_plan(parse({"--gpus=0,1,2", "--rendezvous_timeout=9", "w"}),
-                                     inputs(picker, 8, {{"PATH", "/bin"}}));
+  JobConfig config = collective(3);
+  config.selected_gpus = {0, 1, 2};
+  config.rendezvous_timeout = std::chrono::milliseconds(9000);
+  const ClusterPlan plan = make_plan(config, inputs(picker, 8, {{"PATH", "/bin"}}));
   for (const PlannedWorker& w : plan.local) {
     const auto back = env::from_env(merge_env({{"PATH", "/bin"}}, w.env));
     ASSERT_TRUE(back);
@@ -212,7 +242,7 @@ TEST(Plan, EachRestartIsANewGeneration) {
   EXPECT_TRUE(Generation().first());
   EXPECT_FALSE(Generation(1).first());
   EXPECT_THROW(Generation(-1), std::invalid_argument);
-  const ClusterPlan plan = make_plan(parse({"--nproc_per_node=2", "w"}), in);
+  const ClusterPlan plan = make_plan(collective(2), in);
   for (const PlannedWorker& w : plan.local) {
     EXPECT_EQ(w.env.at(env::kRestartCount), "2");
     EXPECT_EQ(w.env.at(env::kJobId), "job1-g2");
@@ -224,14 +254,14 @@ TEST(Plan, EachRestartIsANewGeneration) {
 
 TEST(Plan, BadPickerIsAnError) {
   FakePicker dup{{5001, 5001}};
-  EXPECT_THROW(make_plan(parse({"--nproc_per_node=2", "w"}), inputs(dup)), PlanError);
+  EXPECT_THROW(make_plan(collective(2), inputs(dup)), PlanError);
   FakePicker short_list{{5001}};
-  EXPECT_THROW(make_plan(parse({"--nproc_per_node=2", "w"}), inputs(short_list)), PlanError);
+  EXPECT_THROW(make_plan(collective(2), inputs(short_list)), PlanError);
 }
 
 TEST(Plan, DescribeHidesTheSecret) {
   FakePicker picker{{5001}};
-  const std::string text = describe_plan(make_plan(parse({"w"}), inputs(picker)));
+  const std::string text = describe_plan(make_plan(JobConfig(), inputs(picker)));
   EXPECT_NE(text.find("PADDLE_TRAINER_ID=0\n"), std::string::npos) << text;
   EXPECT_EQ(text.find("s3cret"), std::string::npos) << text;
 }
@@ -239,9 +269,9 @@ TEST(Plan, DescribeHidesTheSecret) {
 // --- Parameter-server jobs ---------------------------------------------------------------------
 
 // The message of the PlanError `plan` throws, or "" when it plans.
-std::string plan_error(const LaunchOptions& options, const PlanInputs& in) {
+std::string plan_error(const JobConfig& config, const PlanInputs& in) {
   try {
-    make_plan(options, in);
+    make_plan(config, in);
   } catch (const PlanError& e) {
     return e.what();
   }
@@ -250,8 +280,7 @@ std::string plan_error(const LaunchOptions& options, const PlanInputs& in) {
 
 TEST(PsPlan, OneNodeFreePortsServersFirst) {
   FakePicker picker{{5001, 5002, 5003, 5004, 5005}};
-  const ClusterPlan plan =
-      make_plan(parse({"--server_num=2", "--worker_num=3", "w"}), inputs(picker, 10));
+  const ClusterPlan plan = make_plan(ps(2, 3), inputs(picker, 10));
   EXPECT_EQ(picker.calls, 1) << "one request for every port of the node";
   EXPECT_EQ(env::join_endpoints(plan.server_endpoints), "127.0.0.1:5001,127.0.0.1:5002");
   EXPECT_EQ(env::join_endpoints(plan.endpoints), "127.0.0.1:5003,127.0.0.1:5004,127.0.0.1:5005");
@@ -312,8 +341,9 @@ TEST(PsPlan, OneNodeFreePortsServersFirst) {
 
 TEST(PsPlan, StartedPortGivesServersThenTrainers) {
   FakePicker picker{{1}};
-  const ClusterPlan plan = make_plan(
-      parse({"--server_num=2", "--worker_num=2", "--started_port=6170", "w"}), inputs(picker));
+  JobConfig config = ps(2, 2);
+  config.started_port = 6170;
+  const ClusterPlan plan = make_plan(config, inputs(picker));
   EXPECT_EQ(picker.calls, 0);
   EXPECT_EQ(env::join_endpoints(plan.server_endpoints), "127.0.0.1:6170,127.0.0.1:6171");
   EXPECT_EQ(env::join_endpoints(plan.endpoints), "127.0.0.1:6172,127.0.0.1:6173");
@@ -321,7 +351,9 @@ TEST(PsPlan, StartedPortGivesServersThenTrainers) {
 
 TEST(PsPlan, TrainersGetGpusServersDoNot) {
   FakePicker picker{{5001, 5002, 5003}};
-  const ClusterPlan plan = make_plan(parse({"--server_num=1", "--gpus=4,6", "w"}), inputs(picker));
+  JobConfig config = ps(1, 2);
+  config.selected_gpus = {4, 6};
+  const ClusterPlan plan = make_plan(config, inputs(picker));
   ASSERT_EQ(plan.local.size(), 3u);
   EXPECT_EQ(plan.local[0].env.count("FLAGS_selected_gpus"), 0u) << "a server";
   EXPECT_EQ(plan.local[1].env.at("FLAGS_selected_gpus"), "4");
@@ -331,9 +363,10 @@ TEST(PsPlan, TrainersGetGpusServersDoNot) {
 TEST(PsPlan, SeveralNodesEachRunSServersAndWTrainers) {
   FakePicker picker{{1}};
   auto on = [&](const std::string& ip) {
-    return make_plan(parse({"--ips=10.0.0.1,10.0.0.2", "--node_ip=" + ip, "--started_port=7000",
-                            "--server_num=2", "--worker_num=3", "w"}),
-                     inputs(picker));
+    JobConfig config = two_nodes(ip, 7000, 3);
+    config.server_num = 2;
+    config.worker_num = 3;
+    return make_plan(config, inputs(picker));
   };
   const ClusterPlan second = on("10.0.0.2");
   EXPECT_EQ(env::join_endpoints(second.server_endpoints),
@@ -354,11 +387,10 @@ TEST(PsPlan, SeveralNodesEachRunSServersAndWTrainers) {
   EXPECT_EQ(first.endpoints, second.endpoints);
   EXPECT_EQ(first.local[0].contract.rank, 0);
 
-  EXPECT_NE(plan_error(parse({"--ips=10.0.0.1,10.0.0.2", "--node_ip=10.0.0.1", "--server_num=1",
-                              "w"}),
-                       inputs(picker))
-                .find("--started_port"),
-            std::string::npos);
+  JobConfig no_port = ps(1, 1);
+  no_port.node_ips = {"10.0.0.1", "10.0.0.2"};
+  no_port.node_ip = "10.0.0.1";
+  EXPECT_NE(plan_error(no_port, inputs(picker)).find("--started_port"), std::string::npos);
 }
 
 TEST(PsPlan, PublishedEndpointsAreSplitPerNode) {
@@ -369,8 +401,9 @@ TEST(PsPlan, PublishedEndpointsAreSplitPerNode) {
       {"10.0.0.1", 100}, {"10.0.0.1", 101}, {"10.0.0.1", 102},   // node 0: server, 2 trainers
       {"10.0.0.2", 200}, {"10.0.0.2", 201}, {"10.0.0.2", 202}};  // node 1
   in.node_rank = 1;
-  const LaunchOptions o = parse({"--nnodes=2", "--node_rank=1", "--master_addr=10.0.0.1",
-                                 "--server_num=1", "--worker_num=2", "w"});
+  // As `launch --nnodes=2 --node_rank=1 --server_num=1 --worker_num=2 ...` on the second node: the
+  // nodes come from the published endpoints.
+  const JobConfig o = ps(1, 2);
   const ClusterPlan plan = make_plan(o, in);
   EXPECT_EQ(picker.calls, 0);
   EXPECT_EQ(env::join_endpoints(plan.server_endpoints), "10.0.0.1:100,10.0.0.2:200");
@@ -391,14 +424,19 @@ TEST(PsPlan, PublishedEndpointsAreSplitPerNode) {
 
 TEST(PsPlan, ExplicitListsStartTheEntriesOnNodeIp) {
   FakePicker picker{{1}};
-  const std::vector<std::string> lists = {"--servers=10.0.0.1:7000,10.0.0.2:7000,10.0.0.1:7001",
-                                          "--workers=10.0.0.2:7100,10.0.0.1:7100"};
-  auto on = [&](const std::string& ip, std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = lists;
-    args.push_back("--node_ip=" + ip);
-    args.insert(args.end(), extra.begin(), extra.end());
-    args.push_back("w");
-    return parse(args);
+  // --servers=10.0.0.1:7000,10.0.0.2:7000,10.0.0.1:7001 --workers=10.0.0.2:7100,10.0.0.1:7100
+  // --node_ip=IP [--gpus=...]
+  auto on = [&](const std::string& ip, std::vector<int> gpus = {}) {
+    JobConfig config = ps(3, 2);
+    config.servers = {{"10.0.0.1", 7000}, {"10.0.0.2", 7000}, {"10.0.0.1", 7001}};
+    config.workers = {{"10.0.0.2", 7100}, {"10.0.0.1", 7100}};
+    config.node_ips = {ip};
+    config.node_ip = ip;
+    config.nproc_per_node = static_cast<int>(std::count_if(
+        config.workers.begin(), config.workers.end(),
+        [&](const env::Endpoint& e) { return e.host == ip; }));  // this node's trainers
+    config.selected_gpus = std::move(gpus);
+    return config;
   };
   const ClusterPlan first = make_plan(on("10.0.0.1"), inputs(picker));
   EXPECT_EQ(picker.calls, 0) << "the lists give every port";
@@ -421,16 +459,15 @@ TEST(PsPlan, ExplicitListsStartTheEntriesOnNodeIp) {
   const std::string none = plan_error(on("10.0.0.3"), inputs(picker));
   EXPECT_NE(none.find("--node_ip='10.0.0.3'"), std::string::npos) << none;
   EXPECT_NE(none.find("10.0.0.1,10.0.0.2"), std::string::npos) << none;
-  const std::string gpus = plan_error(on("10.0.0.2", {"--gpus=0,1"}), inputs(picker));
+  const std::string gpus = plan_error(on("10.0.0.2", {0, 1}), inputs(picker));
   EXPECT_NE(gpus.find("starts 1 trainer(s)"), std::string::npos) << gpus;
-  EXPECT_EQ(make_plan(on("10.0.0.2", {"--gpus=3"}), inputs(picker)).local[1].env.at(
-                "FLAGS_selected_gpus"),
+  EXPECT_EQ(make_plan(on("10.0.0.2", {3}), inputs(picker)).local[1].env.at("FLAGS_selected_gpus"),
             "3");
 }
 
 TEST(PsPlan, CollectiveJobsAreUntouched) {
   FakePicker picker{{5001, 5002}};
-  const ClusterPlan plan = make_plan(parse({"--nproc_per_node=2", "w"}), inputs(picker));
+  const ClusterPlan plan = make_plan(collective(2), inputs(picker));
   EXPECT_TRUE(plan.server_endpoints.empty());
   for (const PlannedWorker& w : plan.local) {
     for (const char* name : {"TRAINING_ROLE", "PADDLE_PSERVERS_IP_PORT_LIST", "PADDLE_PORT",
@@ -438,7 +475,7 @@ TEST(PsPlan, CollectiveJobsAreUntouched) {
       EXPECT_EQ(w.env.count(name), 0u) << name;
     }
   }
-  EXPECT_EQ(local_endpoint_count(parse({"--nproc_per_node=3", "w"})), 3);
+  EXPECT_EQ(local_endpoint_count(collective(3)), 3);
 }
 
 TEST(Plan, RandomHex) {

@@ -115,7 +115,11 @@ TEST(Slurm, TwoNodeAllocationGivesTheTopologyAndThePlan) {
     in.node_rank = t.node_rank;
     in.cluster_endpoints = std::vector<env::Endpoint>{
         {"gpu07", 7000}, {"gpu07", 7001}, {"gpu08", 7000}, {"gpu08", 7001}};
-    const ClusterPlan plan = make_plan(options, in);
+    // What job_config() (launcher/job/job_config.h) makes of `options`.
+    JobConfig config;
+    config.nproc_per_node = 2;
+    config.started_port = 7000;
+    const ClusterPlan plan = make_plan(config, in);
     EXPECT_EQ(plan.world_size, 4);
     ASSERT_EQ(plan.local.size(), 2u);
     for (int i = 0; i < 2; ++i) {
