@@ -1,5 +1,7 @@
 #include "launcher/options/command_line.h"
 
+#include <algorithm>
+#include <stdexcept>
 #include <utility>
 
 #include "launcher/options/values.h"
@@ -9,15 +11,6 @@ namespace {
 
 [[noreturn]] void unknown(const std::string& typed) {
   throw OptionsError("unknown option '" + typed + "' (see launch --help)");
-}
-
-bool is_bool_word(const std::string& value) {
-  try {
-    parse_bool("", value);
-    return true;
-  } catch (const OptionsError&) {
-    return false;
-  }
 }
 
 [[noreturn]] void needs_value(const std::string& typed) {
@@ -70,35 +63,28 @@ class ArgvReader {
     if (!match) unknown(a);
     const FlagSpec& f = *match->spec;
     if (f.is_refused()) throw OptionsError("--" + f.name + " (torchrun's): " + f.refused);
-    switch (f.arity) {
-      case Arity::kValue:
-        if (value) {
-          flags_.add(f, match->spelling, *value);
-          return next;
-        }
-        if (next >= argc_) needs_value(a);
-        flags_.add(f, match->spelling, argv_[next]);
-        return next + 1;
-      case Arity::kBoolean:
-        if (value) {
-          flags_.add(f, match->spelling, *value);
-          return next;
-        }
-        // Paddle's space form: --print_config False.
-        if (next < argc_ && is_boolean_word(argv_[next])) {
-          flags_.add(f, match->spelling, argv_[next]);
-          return next + 1;
-        }
-        flags_.add(f, match->spelling, "true");
-        return next;
-      case Arity::kSwitch:
-        // --quiet=true / --quiet=false are read as their words say; any other value is an error.
-        if (value && !is_bool_word(*value)) {
-          throw OptionsError("option '" + a + "' takes no value (see launch --help)");
-        }
-        if (!value || parse_bool(f.name, *value)) flags_.add(f, match->spelling, "");
-        return next;
+    if (f.arity == Arity::kSwitch) {
+      // --quiet=true / --quiet=false are read as their words say; any other value is an error.
+      const std::optional<bool> on = value ? bool_word(*value) : std::optional(true);
+      if (!on) throw OptionsError("option '" + a + "' takes no value (see launch --help)");
+      if (*on) flags_.add(f, match->spelling, "");
+      return next;
     }
+    if (value) {
+      flags_.add(f, match->spelling, *value);
+      return next;
+    }
+    if (f.arity == Arity::kValue) {
+      if (next >= argc_) needs_value(a);
+      flags_.add(f, match->spelling, argv_[next]);
+      return next + 1;
+    }
+    // A boolean alone, or in Paddle's space form: --print_config False.
+    if (next < argc_ && is_boolean_word(argv_[next])) {
+      flags_.add(f, match->spelling, argv_[next]);
+      return next + 1;
+    }
+    flags_.add(f, match->spelling, "true");
     return next;
   }
 
@@ -128,21 +114,25 @@ class EnvironmentDefaults {
     }
     throw std::logic_error("flag --" + flag + " has no " + prefix + " variable");
   }
+  // The value of `flag`'s `prefix` variable, when it is set.
+  std::optional<std::string> lookup(const std::string& flag, const std::string& prefix) const {
+    return env::lookup(env_, variable_of(flag, prefix).name);
+  }
   bool is_set(const std::string& flag, const std::string& prefix) const {
-    return env::lookup(env_, variable_of(flag, prefix).name).has_value();
+    return lookup(flag, prefix).has_value();
+  }
+  bool has_value(const std::string& flag, const std::string& prefix) const {
+    const auto value = lookup(flag, prefix);
+    return value && !value->empty();
   }
   // `flag` from its `prefix` variable when that is set and not empty (noted in `used_`).
   void add(const std::string& flag, const std::string& prefix) {
+    if (!has_value(flag, prefix)) return;
     const FlagVariable& v = variable_of(flag, prefix);
-    const auto value = env::lookup(env_, v.name);
-    if (!value || value->empty()) return;
-    used_.push_back(v.name + "=" + *value);
+    const std::string value = *lookup(flag, prefix);
+    used_.push_back(v.name + "=" + value);
     const std::optional<FlagMatch> match = find_flag(v.spelling);
-    flags_.add(*match->spec, match->spelling, *value);
-  }
-  bool has_variable_value(const std::string& flag, const std::string& prefix) const {
-    const auto value = env::lookup(env_, variable_of(flag, prefix).name);
-    return value && !value->empty();
+    flags_.add(*match->spec, match->spelling, value);
   }
 
   void add_torchrun(const GivenFlags& given) {
@@ -172,10 +162,9 @@ class EnvironmentDefaults {
       return;
     }
     if (given.has("rdzv_endpoint")) return;
-    const std::string backend =
-        given.has("rdzv_backend")
-            ? given.value("rdzv_backend")
-            : env::lookup(env_, variable_of("rdzv_backend", "PET_").name).value_or("static");
+    const std::string backend = given.has("rdzv_backend")
+                                    ? given.value("rdzv_backend")
+                                    : lookup("rdzv_backend", "PET_").value_or("static");
     const bool has_master = is_set("master_addr", "PET_") || is_set("master_port", "PET_");
     if (is_set("rdzv_endpoint", "PET_") && (backend == "c10d" || !has_master)) {
       add("rdzv_endpoint", "PET_");
@@ -200,7 +189,7 @@ class EnvironmentDefaults {
       if (!flags_.has("master") && !flags_.has("nnodes")) add("cluster_node_ips", "PADDLE_");
     }
     if (!flags_.has("nproc_per_node") && !flags_.has("selected_gpus")) {
-      if (has_variable_value("selected_gpus", "PADDLE_")) {
+      if (has_value("selected_gpus", "PADDLE_")) {
         add("selected_gpus", "PADDLE_");
       } else {
         add("nproc_per_node", "PADDLE_");
@@ -240,6 +229,49 @@ std::optional<GivenFlag> GivenFlags::get(const std::string& name) const {
                        " were both given");
   }
   return it->second.back();
+}
+
+const FlagSpec& GivenFlags::typed(const std::string& name, ValueType type) {
+  const FlagSpec& f = flag(name);
+  if (f.type != type) throw std::logic_error("--" + name + " is read as another type");
+  return f;
+}
+
+std::optional<int> GivenFlags::integer(const std::string& name) const {
+  const FlagSpec& f = typed(name, ValueType::kInt);
+  const auto g = get(name);
+  if (!g) return std::nullopt;
+  return parse_int_flag(g->spelling, g->value, static_cast<int>(f.min), static_cast<int>(f.max));
+}
+
+std::optional<std::chrono::milliseconds> GivenFlags::seconds(const std::string& name) const {
+  const FlagSpec& f = typed(name, ValueType::kSeconds);
+  const auto g = get(name);
+  if (!g) return std::nullopt;
+  return parse_seconds(g->spelling, g->value, f.allow_zero);
+}
+
+bool GivenFlags::boolean(const std::string& name) const {
+  const FlagSpec& f = typed(name, ValueType::kBool);
+  const auto g = get(name);
+  return g ? parse_bool(g->spelling, g->value) : parse_bool(f.name, f.default_text);
+}
+
+std::optional<std::string> GivenFlags::name_value(const std::string& name) const {
+  typed(name, ValueType::kName);
+  const auto g = get(name);
+  if (!g) return std::nullopt;
+  return parse_name(g->spelling, g->value);
+}
+
+std::optional<std::string> GivenFlags::choice(const std::string& name) const {
+  const FlagSpec& f = typed(name, ValueType::kChoice);
+  const auto g = get(name);
+  if (!g) return std::nullopt;
+  if (std::find(f.choices.begin(), f.choices.end(), g->value) == f.choices.end()) {
+    bad_value(g->spelling, g->value, f.expected);
+  }
+  return g->value;
 }
 
 CommandLine read_command_line(int argc, const char* const argv[], const env::EnvMap& env) {

@@ -3,6 +3,7 @@
 // for flags still absent. parse_options() (options.h) turns the result into LaunchOptions.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <optional>
 #include <string>
@@ -32,7 +33,18 @@ class GivenFlags {
   // The value given (`name` must have been given).
   std::string value(const std::string& name) const { return get(name)->value; }
 
+  // The value read and checked as the flag table types the flag (its limits, choices, default);
+  // nullopt when absent. Throws OptionsError for a bad value, std::logic_error when `name` is
+  // not of that type in the table.
+  std::optional<int> integer(const std::string& name) const;
+  std::optional<std::chrono::milliseconds> seconds(const std::string& name) const;
+  bool boolean(const std::string& name) const;  // the table's default when absent
+  std::optional<std::string> name_value(const std::string& name) const;
+  std::optional<std::string> choice(const std::string& name) const;
+
  private:
+  static const FlagSpec& typed(const std::string& name, ValueType type);
+
   std::map<std::string, std::vector<GivenFlag>> flags_;
 };
 

@@ -75,6 +75,15 @@ std::string wrap(const std::string& text, std::size_t indent, std::size_t width)
   return out;
 }
 
+// `items` joined by ", " between `before` and `after`; "" when there are none.
+std::string listed(const std::vector<std::string>& items, const std::string& before,
+                   const std::string& after) {
+  if (items.empty()) return "";
+  std::string out = before;
+  for (std::size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + items[i];
+  return out + after;
+}
+
 std::string help_line(const FlagSpec& f) {
   constexpr std::size_t kColumn = 34;
   constexpr std::size_t kWidth = 100;
@@ -88,9 +97,7 @@ std::string help_line(const FlagSpec& f) {
   for (const Spelling& s : f.aliases) {
     aliases.push_back("--" + s.name + " (" + origin_name(s.origin) + ")");
   }
-  for (std::size_t i = 0; i < aliases.size(); ++i) {
-    text += (i == 0 ? "; also " : ", ") + aliases[i];
-  }
+  text += listed(aliases, "; also ", "");
   std::string line = left;
   if (left.size() + 2 > kColumn) {
     line += "\n" + std::string(kColumn, ' ');
@@ -125,10 +132,7 @@ std::string spellings_in(const FlagSpec& f, std::initializer_list<Origin> origin
       parts.push_back(cell);
     }
   }
-  if (parts.empty()) return "—";
-  std::string out;
-  for (std::size_t i = 0; i < parts.size(); ++i) out += (i ? ", " : "") + parts[i];
-  return out;
+  return parts.empty() ? "—" : listed(parts, "", "");
 }
 
 std::string escape_pipes(const std::string& text) {
@@ -149,10 +153,7 @@ std::string markdown_row(const FlagSpec& f) {
     launch_cell += "`" + usage(f, f.name) + "`";
     std::vector<std::string> aliases;
     for (const Spelling& s : f.aliases) aliases.push_back("`--" + s.name + "`");
-    for (std::size_t i = 0; i < aliases.size(); ++i) {
-      launch_cell += (i == 0 ? " (" : ", ") + aliases[i];
-    }
-    if (!aliases.empty()) launch_cell += ")";
+    launch_cell += listed(aliases, " (", ")");
   }
   std::string meaning;
   if (f.is_refused()) {
@@ -167,10 +168,7 @@ std::string markdown_row(const FlagSpec& f) {
       if (v.spelling != f.name) text += " (as `--" + v.spelling + "`)";
       variables.push_back(text);
     }
-    for (std::size_t i = 0; i < variables.size(); ++i) {
-      meaning += (i == 0 ? " Environment: " : ", ") + variables[i];
-    }
-    if (!variables.empty()) meaning += ".";
+    meaning += listed(variables, " Environment: ", ".");
   }
   return "| " + escape_pipes(launch_cell) + " | " +
          escape_pipes(spellings_in(f, {Origin::kTorchrun})) + " | " +

@@ -53,59 +53,9 @@ int visible_gpu_count(const env::EnvMap& env) {
 
 namespace {
 
-// The given flags read as the flag table types them: each check's limits come from the table.
-class Flags {
- public:
-  explicit Flags(const GivenFlags& given) : given_(given) {}
-  bool has(const std::string& name) const { return given_.has(name); }
-  std::optional<GivenFlag> get(const std::string& name) const { return given_.get(name); }
-  std::string value(const std::string& name) const { return given_.value(name); }
-
-  std::optional<int> integer(const std::string& name) const {
-    const FlagSpec& f = typed(name, ValueType::kInt);
-    const auto g = get(name);
-    if (!g) return std::nullopt;
-    return parse_int_flag(g->spelling, g->value, static_cast<int>(f.min), static_cast<int>(f.max));
-  }
-  std::optional<std::chrono::milliseconds> seconds(const std::string& name) const {
-    const FlagSpec& f = typed(name, ValueType::kSeconds);
-    const auto g = get(name);
-    if (!g) return std::nullopt;
-    return parse_seconds(g->spelling, g->value, f.allow_zero);
-  }
-  bool boolean(const std::string& name) const {
-    const FlagSpec& f = typed(name, ValueType::kBool);
-    const auto g = get(name);
-    return g ? parse_bool(g->spelling, g->value) : parse_bool(f.name, f.default_text);
-  }
-  std::optional<std::string> name_value(const std::string& name) const {
-    typed(name, ValueType::kName);
-    const auto g = get(name);
-    if (!g) return std::nullopt;
-    return parse_name(g->spelling, g->value);
-  }
-  std::optional<std::string> choice(const std::string& name) const {
-    const FlagSpec& f = typed(name, ValueType::kChoice);
-    const auto g = get(name);
-    if (!g) return std::nullopt;
-    if (std::find(f.choices.begin(), f.choices.end(), g->value) == f.choices.end()) {
-      bad_value(g->spelling, g->value, f.expected);
-    }
-    return g->value;
-  }
-
- private:
-  static const FlagSpec& typed(const std::string& name, ValueType type) {
-    const FlagSpec& f = flag(name);
-    if (f.type != type) throw std::logic_error("--" + name + " is read as another type");
-    return f;
-  }
-  const GivenFlags& given_;
-};
-
 // --selected_gpus (made relative to CUDA_VISIBLE_DEVICES) and --nproc_per_node; returns
 // --nproc_per_node's count when given.
-std::optional<int> parse_devices(const Flags& r, const env::EnvMap& env,
+std::optional<int> parse_devices(const GivenFlags& r, const env::EnvMap& env,
                                  const MachineCounts& machine, LaunchOptions& o) {
   if (auto g = r.get("selected_gpus")) {
     o.selected_gpus_given = parse_gpus(g->spelling, g->value);
@@ -164,7 +114,7 @@ struct PsFlags {
   bool explicit_endpoints = false;
 };
 
-PsFlags parse_ps_flags(const Flags& r, LaunchOptions& o) {
+PsFlags parse_ps_flags(const GivenFlags& r, LaunchOptions& o) {
   PsFlags ps;
   ps.server_num = r.integer("server_num");
   ps.worker_num = r.integer("worker_num");
@@ -183,7 +133,7 @@ PsFlags parse_ps_flags(const Flags& r, LaunchOptions& o) {
 }
 
 // --cluster_node_ips, --node_ip and torchrun's --local_addr.
-void parse_node_addresses(const Flags& r, LaunchOptions& o) {
+void parse_node_addresses(const GivenFlags& r, LaunchOptions& o) {
   if (auto ips = r.get("cluster_node_ips")) {
     o.cluster_node_ips = parse_ips(ips->spelling, ips->value);
     o.cluster_node_ips_given = true;
@@ -206,7 +156,7 @@ void parse_node_addresses(const Flags& r, LaunchOptions& o) {
 }
 
 // --nnodes=N|MIN:MAX and --rdzv_conf=last_call_timeout=S.
-void parse_node_count(const Flags& r, LaunchOptions& o) {
+void parse_node_count(const GivenFlags& r, LaunchOptions& o) {
   if (r.has("nnodes")) {
     const std::string v = r.value("nnodes");
     const auto colon = v.find(':');
@@ -240,7 +190,7 @@ void parse_node_count(const Flags& r, LaunchOptions& o) {
 
 // Node 0 in each launcher's spelling: --master_addr/--master_port, --master, --rdzv_endpoint
 // (with --rdzv_backend); and the node rank.
-void parse_node_zero(const Flags& r, LaunchOptions& o) {
+void parse_node_zero(const GivenFlags& r, LaunchOptions& o) {
   o.node_rank = r.integer("node_rank");
   if (r.has("master_addr")) {
     const std::string v = r.value("master_addr");
@@ -314,7 +264,7 @@ void resolve_nodes(const PsFlags& ps, LaunchOptions& o) {
 }
 
 // --servers/--workers: the lists against the counts and the other node flags.
-void resolve_explicit_endpoints(const Flags& r, const PsFlags& ps, LaunchOptions& o) {
+void resolve_explicit_endpoints(const GivenFlags& r, const PsFlags& ps, LaunchOptions& o) {
   const auto list = [&](const char* flag) { return r.value(flag); };
   if (o.workers.empty()) bad_value("servers", list("servers"), "needs --workers as well");
   if (o.servers.empty()) bad_value("workers", list("workers"), "needs --servers as well");
@@ -351,7 +301,8 @@ void resolve_explicit_endpoints(const Flags& r, const PsFlags& ps, LaunchOptions
 }
 
 // A parameter-server job's server and trainer counts, and this node's trainers.
-void resolve_ps_job(const Flags& r, const PsFlags& ps, std::optional<int> nproc, LaunchOptions& o) {
+void resolve_ps_job(const GivenFlags& r, const PsFlags& ps, std::optional<int> nproc,
+                    LaunchOptions& o) {
   if (ps.explicit_endpoints) {
     resolve_explicit_endpoints(r, ps, o);
   } else {
@@ -383,7 +334,7 @@ void resolve_ps_job(const Flags& r, const PsFlags& ps, std::optional<int> nproc,
 }
 
 // --started_port: every port this node's processes need must exist.
-void parse_started_port(const Flags& r, bool ps_job, LaunchOptions& o) {
+void parse_started_port(const GivenFlags& r, bool ps_job, LaunchOptions& o) {
   o.started_port = r.integer("started_port");
   if (!o.started_port) return;
   const std::string v = r.value("started_port");
@@ -400,7 +351,7 @@ void parse_started_port(const Flags& r, bool ps_job, LaunchOptions& o) {
 }
 
 // How WORKER is run: -m, --run_path, --no_python, --python.
-void parse_worker_run(const Flags& r, LaunchOptions& o) {
+void parse_worker_run(const GivenFlags& r, LaunchOptions& o) {
   o.module = r.has("module");
   o.run_path = r.has("run_path");
   // torchrun: --run_path takes precedence over --no_python.
@@ -434,7 +385,7 @@ void parse_worker_run(const Flags& r, LaunchOptions& o) {
 }
 
 // The console (--local_ranks_filter, --tee, --redirects) and torchrun's accepted-only flags.
-void parse_console(const Flags& r, LaunchOptions& o) {
+void parse_console(const GivenFlags& r, LaunchOptions& o) {
   if (r.has("local_ranks_filter")) {
     o.local_ranks_filter = parse_rank_list("local_ranks_filter", r.value("local_ranks_filter"));
   }
@@ -447,7 +398,7 @@ void parse_console(const Flags& r, LaunchOptions& o) {
 }
 
 // --standalone and --run_mode against the rest of the job.
-void check_job_kind(const Flags& r, bool ps_job, LaunchOptions& o) {
+void check_job_kind(const GivenFlags& r, bool ps_job, LaunchOptions& o) {
   o.standalone = r.has("standalone");
   if (o.standalone && (o.nnodes.value_or(1) > 1 || o.node_rank.value_or(0) > 0 ||
                        o.cluster_node_ips_given || r.has("master") || r.has("rdzv_endpoint"))) {
@@ -474,7 +425,7 @@ void check_job_kind(const Flags& r, bool ps_job, LaunchOptions& o) {
 }
 
 // --log_level and the timeouts.
-void parse_levels_and_timeouts(const Flags& r, LaunchOptions& o) {
+void parse_levels_and_timeouts(const GivenFlags& r, LaunchOptions& o) {
   if (r.has("log_level")) {
     const std::string v = r.value("log_level");
     try {
@@ -499,7 +450,7 @@ void parse_levels_and_timeouts(const Flags& r, LaunchOptions& o) {
 LaunchOptions parse_options(int argc, const char* const argv[], const env::EnvMap& env,
                             const MachineCounts& machine) {
   const CommandLine command_line = read_command_line(argc, argv, env);
-  const Flags r(command_line.flags);
+  const GivenFlags& r = command_line.flags;
   LaunchOptions o;
   o.from_environment = command_line.from_environment;
   o.help = r.has("help");

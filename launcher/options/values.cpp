@@ -64,11 +64,15 @@ std::chrono::milliseconds parse_seconds(const std::string& flag, const std::stri
   return ms;
 }
 
-bool parse_bool(const std::string& flag, const std::string& value) {
-  std::string v = value;
+std::optional<bool> bool_word(std::string v) {
   std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
   if (v == "true" || v == "1" || v == "yes" || v == "on") return true;
   if (v == "false" || v == "0" || v == "no" || v == "off") return false;
+  return std::nullopt;
+}
+
+bool parse_bool(const std::string& flag, const std::string& value) {
+  if (const std::optional<bool> b = bool_word(value)) return *b;
   bad_value(flag, value, "expected true or false");
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,7 +23,9 @@ int parse_int_flag(const std::string& flag, const std::string& value, int min, i
 // Seconds as typed by a user ("10", "0.5"): >= 0 when allow_zero, else > 0 (at least 1 ms).
 std::chrono::milliseconds parse_seconds(const std::string& flag, const std::string& value,
                                         bool allow_zero);
-// true/false, 1/0, yes/no, on/off (any case).
+// true/false, 1/0, yes/no, on/off (any case); nullopt for any other word.
+std::optional<bool> bool_word(std::string value);
+// bool_word(), or an error.
 bool parse_bool(const std::string& flag, const std::string& value);
 // True for the words Paddle's space form of a boolean takes (--print_config False).
 bool is_boolean_word(std::string value);

@@ -11,25 +11,10 @@
 
 #include "launcher/options/flags.h"
 #include "launcher/options/options.h"
+#include "tests/launcher/options/parse_args.h"
 
 namespace ddl::launcher {
 namespace {
-
-LaunchOptions parse(std::vector<std::string> args, const env::EnvMap& env = {}) {
-  args.insert(args.begin(), "launch");
-  std::vector<const char*> argv;
-  for (const auto& a : args) argv.push_back(a.c_str());
-  return parse_options(static_cast<int>(argv.size()), argv.data(), env);
-}
-
-std::string error_of(std::vector<std::string> args) {
-  try {
-    parse(std::move(args));
-  } catch (const OptionsError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 TEST(FlagTable, DocsFlagReferenceIsTheTables) {
   const std::string path = std::string(DDL_SOURCE_DIR) + "/docs/flags.md";

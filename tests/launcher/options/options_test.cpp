@@ -6,26 +6,10 @@
 #include <vector>
 
 #include "launcher/options/flags.h"
+#include "tests/launcher/options/parse_args.h"
 
 namespace ddl::launcher {
 namespace {
-
-LaunchOptions parse(std::vector<std::string> args) {
-  args.insert(args.begin(), "launch");
-  std::vector<const char*> argv;
-  for (const auto& a : args) argv.push_back(a.c_str());
-  return parse_options(static_cast<int>(argv.size()), argv.data());
-}
-
-// The OptionsError message for `args`, or "" when they parse.
-std::string error_of(std::vector<std::string> args) {
-  try {
-    parse(std::move(args));
-  } catch (const OptionsError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 TEST(Options, Defaults) {
   LaunchOptions o = parse({"train"});
@@ -360,23 +344,6 @@ TEST(Options, ElasticNodeCountsReportAndLastCall) {
 namespace ddl::launcher {
 namespace {
 
-LaunchOptions parse_with(std::vector<std::string> args, const env::EnvMap& env,
-                         MachineCounts machine = {}) {
-  args.insert(args.begin(), "launch");
-  std::vector<const char*> argv;
-  for (const auto& a : args) argv.push_back(a.c_str());
-  return parse_options(static_cast<int>(argv.size()), argv.data(), env, machine);
-}
-
-std::string error_with(std::vector<std::string> args, const env::EnvMap& env,
-                       MachineCounts machine = {}) {
-  try {
-    parse_with(std::move(args), env, machine);
-  } catch (const OptionsError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // What Kubeflow's training operator puts in a PyTorchJob pod (worker 0 of a Master + 1 Worker
 // job, nprocPerNode 2): MASTER_*/WORLD_SIZE/RANK for plain programs, PET_* for torchrun.
@@ -394,7 +361,7 @@ env::EnvMap pytorchjob_pod(int node_rank) {
 }
 
 TEST(EnvironmentDefaults, PyTorchJobPodGivesTheNodes) {
-  const LaunchOptions o = parse_with({"train"}, pytorchjob_pod(1));
+  const LaunchOptions o = parse({"train"}, pytorchjob_pod(1));
   EXPECT_EQ(o.nnodes, 2);
   EXPECT_EQ(o.node_rank, 1);
   EXPECT_EQ(o.master_addr, "mnist-master-0");
@@ -408,7 +375,7 @@ TEST(EnvironmentDefaults, PyTorchJobPodGivesTheNodes) {
 
 TEST(EnvironmentDefaults, FlagsWinOverVariables) {
   const LaunchOptions o =
-      parse_with({"--nproc_per_node=1", "--master-port", "7000", "--node_rank=0", "train"},
+      parse({"--nproc_per_node=1", "--master-port", "7000", "--node_rank=0", "train"},
                  pytorchjob_pod(1));
   EXPECT_EQ(o.nproc_per_node, 1);
   EXPECT_EQ(o.master_port, 7000);
@@ -416,26 +383,26 @@ TEST(EnvironmentDefaults, FlagsWinOverVariables) {
   EXPECT_EQ(o.master_addr, "mnist-master-0") << "a flag replaces only its own variable";
   EXPECT_EQ(o.nnodes, 2);
   // Paddle's spelling of the nodes on the command line: the PET_ node variables are not used.
-  const LaunchOptions p = parse_with({"--cluster_node_ips=10.0.0.1,10.0.0.2",
+  const LaunchOptions p = parse({"--cluster_node_ips=10.0.0.1,10.0.0.2",
                                       "--node_ip=10.0.0.2", "train"},
                                      pytorchjob_pod(0));
   EXPECT_EQ(p.node_index(), 1);
   EXPECT_FALSE(p.nnodes);
   // --selected_gpus decides the worker count: PET_NPROC_PER_NODE is not used.
-  EXPECT_EQ(parse_with({"--selected_gpus=0,1,2", "train"}, {{"PET_NPROC_PER_NODE", "2"}})
+  EXPECT_EQ(parse({"--selected_gpus=0,1,2", "train"}, {{"PET_NPROC_PER_NODE", "2"}})
                 .nproc_per_node,
             3);
 }
 
 TEST(EnvironmentDefaults, BadVariableIsNamedLikeItsFlag) {
-  EXPECT_EQ(error_with({"train"}, {{"PET_NNODES", "two"}}),
+  EXPECT_EQ(error_of({"train"}, {{"PET_NNODES", "two"}}),
             "--nnodes='two': expected an integer in [1, 65536]");
-  EXPECT_EQ(error_with({"train"}, {{"PET_RDZV_BACKEND", "etcd"}}).rfind("--rdzv_backend='etcd'", 0),
+  EXPECT_EQ(error_of({"train"}, {{"PET_RDZV_BACKEND", "etcd"}}).rfind("--rdzv_backend='etcd'", 0),
             0u);
 }
 
 TEST(EnvironmentDefaults, ElasticPodUsesTheRendezvousEndpoint) {
-  const LaunchOptions o = parse_with({"train"}, {{"PET_RDZV_BACKEND", "c10d"},
+  const LaunchOptions o = parse({"train"}, {{"PET_RDZV_BACKEND", "c10d"},
                                                  {"PET_RDZV_ENDPOINT", "mnist-worker-0:29400"},
                                                  {"PET_RDZV_ID", "mnist"},
                                                  {"PET_NNODES", "1:3"},
@@ -451,7 +418,7 @@ TEST(EnvironmentDefaults, ElasticPodUsesTheRendezvousEndpoint) {
 }
 
 TEST(TorchrunFlags, DashSpellingsAreTheSameFlags) {
-  const LaunchOptions o = parse_with({"--nproc-per-node=2", "--max-restarts", "3", "--log-dir",
+  const LaunchOptions o = parse({"--nproc-per-node=2", "--max-restarts", "3", "--log-dir",
                                       "logs", "--node-rank=1", "--nnodes=2", "--master-addr",
                                       "10.0.0.1", "--rdzv-id=x", "train", "--not-ours"},
                                      {});
@@ -462,39 +429,39 @@ TEST(TorchrunFlags, DashSpellingsAreTheSameFlags) {
   EXPECT_EQ(o.master_addr, "10.0.0.1");
   EXPECT_EQ(o.rdzv_id, "x");
   EXPECT_EQ(o.worker_args, std::vector<std::string>{"--not-ours"}) << "worker args untouched";
-  EXPECT_EQ(error_with({"--nproc-per-nod=2", "train"}, {}),
+  EXPECT_EQ(error_of({"--nproc-per-nod=2", "train"}, {}),
             "unknown option '--nproc-per-nod=2' (see launch --help)");
 }
 
 TEST(TorchrunFlags, RendezvousEndpointAndBackend) {
-  LaunchOptions o = parse_with({"--rdzv_backend=c10d", "--rdzv_endpoint=node0:1234", "--nnodes=2",
+  LaunchOptions o = parse({"--rdzv_backend=c10d", "--rdzv_endpoint=node0:1234", "--nnodes=2",
                                 "--node_rank=1", "train"},
                                {});
   EXPECT_EQ(o.master_addr, "node0");
   EXPECT_EQ(o.master_port, 1234);
-  o = parse_with({"--rdzv_endpoint=node0", "--nnodes=2", "--node_rank=1", "train"}, {});
+  o = parse({"--rdzv_endpoint=node0", "--nnodes=2", "--node_rank=1", "train"}, {});
   EXPECT_EQ(o.master_port, kDefaultRendezvousPort);
-  EXPECT_TRUE(error_with({"--rdzv_backend=etcd-v2", "train"}, {}).find("expected c10d or static") !=
+  EXPECT_TRUE(error_of({"--rdzv_backend=etcd-v2", "train"}, {}).find("expected c10d or static") !=
               std::string::npos);
-  EXPECT_TRUE(error_with({"--rdzv_endpoint=a:1", "--master_addr=a", "train"}, {})
+  EXPECT_TRUE(error_of({"--rdzv_endpoint=a:1", "--master_addr=a", "train"}, {})
                   .find("not both") != std::string::npos);
-  EXPECT_TRUE(error_with({"--rdzv_endpoint=a:http", "train"}, {}).find("--rdzv_endpoint") == 0);
+  EXPECT_TRUE(error_of({"--rdzv_endpoint=a:http", "train"}, {}).find("--rdzv_endpoint") == 0);
 }
 
 TEST(TorchrunFlags, NprocPerNodeWords) {
   const MachineCounts cpu_only{8, 0};
   const MachineCounts gpus{8, 4};
-  EXPECT_EQ(parse_with({"--nproc_per_node=auto", "train"}, {}, cpu_only).nproc_per_node, 8);
-  EXPECT_TRUE(parse_with({"--nproc_per_node=auto", "train"}, {}, cpu_only).selected_gpus.empty());
-  EXPECT_EQ(parse_with({"--nproc_per_node=cpu", "train"}, {}, gpus).nproc_per_node, 8);
-  const LaunchOptions g = parse_with({"--nproc_per_node=auto", "train"}, {}, gpus);
+  EXPECT_EQ(parse({"--nproc_per_node=auto", "train"}, {}, cpu_only).nproc_per_node, 8);
+  EXPECT_TRUE(parse({"--nproc_per_node=auto", "train"}, {}, cpu_only).selected_gpus.empty());
+  EXPECT_EQ(parse({"--nproc_per_node=cpu", "train"}, {}, gpus).nproc_per_node, 8);
+  const LaunchOptions g = parse({"--nproc_per_node=auto", "train"}, {}, gpus);
   EXPECT_EQ(g.nproc_per_node, 4);
   EXPECT_EQ(g.selected_gpus, (std::vector<int>{0, 1, 2, 3})) << "one GPU per worker";
-  EXPECT_EQ(parse_with({"--nproc_per_node=gpu", "train"}, {}, gpus).nproc_per_node, 4);
-  EXPECT_EQ(error_with({"--nproc_per_node=gpu", "train"}, {}, cpu_only),
+  EXPECT_EQ(parse({"--nproc_per_node=gpu", "train"}, {}, gpus).nproc_per_node, 4);
+  EXPECT_EQ(error_of({"--nproc_per_node=gpu", "train"}, {}, cpu_only),
             "--nproc_per_node='gpu': no GPU is visible here (use cpu, auto or a number)");
   // Kubeflow's default nprocPerNode is "auto".
-  EXPECT_EQ(parse_with({"train"}, {{"PET_NPROC_PER_NODE", "auto"}}, cpu_only).nproc_per_node, 8);
+  EXPECT_EQ(parse({"train"}, {{"PET_NPROC_PER_NODE", "auto"}}, cpu_only).nproc_per_node, 8);
 }
 
 TEST(VisibleGpus, CudaVisibleDevicesNarrowsTheDevices) {
@@ -512,10 +479,7 @@ namespace ddl::launcher {
 namespace {
 
 LaunchOptions parse_env(std::vector<std::string> args, const env::EnvMap& env) {
-  args.insert(args.begin(), "launch");
-  std::vector<const char*> argv;
-  for (const auto& a : args) argv.push_back(a.c_str());
-  return parse_options(static_cast<int>(argv.size()), argv.data(), env, MachineCounts{4, 0});
+  return parse(std::move(args), env, MachineCounts{4, 0});
 }
 
 TEST(PaddleEnvironment, PaddleJobPodGivesMasterNodesAndJobId) {
@@ -640,7 +604,7 @@ TEST(CommandLines, TodaysTorchrunFlags) {
   o = parse({"--nnodes=2", "--node_rank=1", "--master_addr=10.0.0.1", "--local_addr=10.0.0.2",
              "train"});
   EXPECT_EQ(o.node_ip, "10.0.0.2");
-  EXPECT_EQ(parse_with({"train"}, {{"PET_LOCAL_ADDR", "10.0.0.7"}}).node_ip, "10.0.0.7");
+  EXPECT_EQ(parse({"train"}, {{"PET_LOCAL_ADDR", "10.0.0.7"}}).node_ip, "10.0.0.7");
   EXPECT_NE(error_of({"--node_ip=10.0.0.1", "--local_addr=10.0.0.2", "w"})
                 .find("--node_ip='10.0.0.1' names this node already"),
             std::string::npos);
@@ -667,7 +631,7 @@ TEST(CommandLines, StandaloneIsOneNode) {
             std::string::npos);
   // A pod's PET_ node variables do not turn a standalone job into a multi-node one.
   const LaunchOptions pod =
-      parse_with({"--standalone", "train"}, {{"PET_NNODES", "2"}, {"PET_MASTER_ADDR", "m"}});
+      parse({"--standalone", "train"}, {{"PET_NNODES", "2"}, {"PET_MASTER_ADDR", "m"}});
   EXPECT_FALSE(pod.nnodes);
 }
 
@@ -690,15 +654,15 @@ TEST(CommandLines, PaddleSpellings) {
 
 TEST(CommandLines, SelectedGpusAreRelativeToCudaVisibleDevices) {
   const env::EnvMap visible{{"CUDA_VISIBLE_DEVICES", "4,5"}};
-  const LaunchOptions o = parse_with({"--selected_gpus=4,5", "train"}, visible);
+  const LaunchOptions o = parse({"--selected_gpus=4,5", "train"}, visible);
   EXPECT_EQ(o.selected_gpus, (std::vector<int>{0, 1}));
   EXPECT_NE(describe_options(o).find("selected_gpus: 4,5\n"), std::string::npos)
       << "the block shows what was typed";
-  EXPECT_EQ(parse_with({"--gpus=5", "train"}, visible).selected_gpus, (std::vector<int>{1}));
-  EXPECT_EQ(error_with({"--selected_gpus=0", "train"}, visible),
+  EXPECT_EQ(parse({"--gpus=5", "train"}, visible).selected_gpus, (std::vector<int>{1}));
+  EXPECT_EQ(error_of({"--selected_gpus=0", "train"}, visible),
             "--selected_gpus='0': GPU 0 is not in CUDA_VISIBLE_DEVICES='4,5' (the ids are the "
             "machine's; each worker gets the id's position in that list)");
-  EXPECT_EQ(parse_with({"--selected_gpus=0,1", "train"}, {}).selected_gpus,
+  EXPECT_EQ(parse({"--selected_gpus=0,1", "train"}, {}).selected_gpus,
             (std::vector<int>{0, 1}));
 }
 
