@@ -87,6 +87,9 @@ inline constexpr std::pair<const char*, const char*> kRemovedProxies[] = {
 // Our own additions.
 inline constexpr const char* kJobId = "DDL_JOB_ID";            // names one job (one launch)
 inline constexpr const char* kJobSecret = "DDL_JOB_SECRET";    // store admits only holders
+// "1" (or true/yes): `launch` refuses a multi-node job without DDL_JOB_SECRET (a site's policy;
+// the same as --require_secret). Unset: such a job runs unauthenticated, as torchrun's does.
+inline constexpr const char* kRequireSecret = "DDL_REQUIRE_SECRET";
 inline constexpr const char* kRendezvousTimeoutMs = "DDL_RENDEZVOUS_TIMEOUT_MS";
 inline constexpr const char* kRestartCount = "DDL_RESTART_COUNT";  // 0 on the first start
 inline constexpr const char* kLogLevel = "DDL_LOG_LEVEL";      // debug|info|warn|error

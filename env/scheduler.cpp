@@ -143,6 +143,63 @@ std::optional<MpiProcess> mpi_process(const EnvMap& env) {
   return p;
 }
 
+std::vector<std::string> missing_paddle_cloud_variables(const EnvMap& env) {
+  std::vector<std::string> missing;
+  for (const char* name : {kPaddleTrainers, kPodIp, kTrainerId}) {
+    if (!lookup(env, name)) missing.emplace_back(name);
+  }
+  return missing;
+}
+
+std::optional<PaddleCloudNode> paddle_cloud_node(const EnvMap& env) {
+  if (!missing_paddle_cloud_variables(env).empty()) return std::nullopt;
+  PaddleCloudNode n;
+  const std::string trainers = *lookup(env, kPaddleTrainers);
+  std::size_t start = 0;
+  while (start <= trainers.size()) {
+    const std::size_t comma = trainers.find(',', start);
+    const std::string ip =
+        trainers.substr(start, comma == std::string::npos ? comma : comma - start);
+    if (ip.empty()) throw EnvError(std::string(kPaddleTrainers) + "='" + trainers + "': empty entry");
+    n.node_ips.push_back(ip);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  n.pod_ip = *lookup(env, kPodIp);
+  n.node_rank = parse_non_negative_int(*lookup(env, kTrainerId), kTrainerId);
+  if (auto v = lookup(env, kTrainerPortsNum); v && !v->empty()) {
+    n.ports_num = parse_non_negative_int(*v, kTrainerPortsNum);
+  }
+  if (auto v = lookup(env, kTrainersNum)) n.trainers_num = parse_non_negative_int(*v, kTrainersNum);
+  if (auto v = lookup(env, kServerPort); v && !v->empty()) {
+    n.paddle_port = parse_non_negative_int(*v, kServerPort);
+    if (*n.paddle_port < 1 || *n.paddle_port > 65535) {
+      throw EnvError(std::string(kServerPort) + "='" + *v + "': expected a port 1..65535");
+    }
+  }
+  const int nodes = static_cast<int>(n.node_ips.size());
+  if (n.node_rank >= nodes) {
+    throw EnvError(std::string(kTrainerId) + "=" + std::to_string(n.node_rank) +
+                   " is not below the " + std::to_string(nodes) + " node(s) of " +
+                   kPaddleTrainers + "='" + trainers + "'");
+  }
+  if (auto v = lookup(env, kDistributedTrainerEndpoints)) {
+    n.endpoints = parse_endpoint_list(*v, kDistributedTrainerEndpoints);
+    if (!n.ports_num) {
+      throw EnvError(std::string(kDistributedTrainerEndpoints) + " is set but " +
+                     kTrainerPortsNum + " is not: it says how many of its endpoints each node has");
+    }
+    if (n.endpoints.size() != static_cast<std::size_t>(nodes) * *n.ports_num) {
+      throw EnvError(std::string(kDistributedTrainerEndpoints) + " lists " +
+                     std::to_string(n.endpoints.size()) + " endpoint(s), but " +
+                     kPaddleTrainers + "'s " + std::to_string(nodes) + " node(s) x " +
+                     kTrainerPortsNum + "=" + std::to_string(*n.ports_num) + " make " +
+                     std::to_string(nodes * *n.ports_num));
+    }
+  }
+  return n;
+}
+
 std::vector<int> expand_tasks_per_node(const std::string& text, const std::string& what) {
   auto bad = [&](const std::string& why) {
     throw EnvError(what + "='" + text + "': " + why + " (expected e.g. 2(x3),1)");

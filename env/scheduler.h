@@ -37,6 +37,43 @@ inline constexpr int kSlurmPortBase = 20000;
 inline constexpr int kSlurmPortSpan = 10000;
 inline constexpr int kMpiDefaultPort = 29500;
 
+// PaddleCloud's node variables (Paddle 1.8 launch.py --use_paddlecloud, and the fleet launcher's
+// automatic switch, python/paddle/distributed{,/fleet}/cloud_utils.py): the platform sets them in
+// every node's pod; `launch` then starts this node's trainers without talking to the others.
+inline constexpr const char* kPaddleTrainers = "PADDLE_TRAINERS";       // node IPs, node order
+inline constexpr const char* kTrainerPortsNum = "TRAINER_PORTS_NUM";    // ports per node
+inline constexpr const char* kDistributedTrainerEndpoints = "DISTRIBUTED_TRAINER_ENDPOINTS";
+// Also read: POD_IP (this node, kPodIp), PADDLE_TRAINER_ID (node rank, kTrainerId),
+// PADDLE_TRAINERS_NUM (kTrainersNum: Paddle uses the cloud's nodes only when it is not 1, its
+// default) and PADDLE_PORT (kServerPort: the nodes' first port).
+
+// A node of a PaddleCloud job, as the platform describes it.
+struct PaddleCloudNode {
+  std::vector<std::string> node_ips;  // PADDLE_TRAINERS
+  std::string pod_ip;                 // POD_IP
+  int node_rank = 0;                  // PADDLE_TRAINER_ID
+  std::optional<int> ports_num;       // TRAINER_PORTS_NUM
+  int trainers_num = 1;               // PADDLE_TRAINERS_NUM (1 when unset, as Paddle reads it)
+  std::optional<int> paddle_port;     // PADDLE_PORT
+  // DISTRIBUTED_TRAINER_ENDPOINTS (paddlecloud >= 1.8.4): every node's TRAINER_PORTS_NUM
+  // endpoints, node after node; empty when unset.
+  std::vector<Endpoint> endpoints;
+
+  // Paddle takes the job from these variables only when PADDLE_TRAINERS_NUM is not 1.
+  bool in_use() const { return trainers_num != 1; }
+};
+
+// std::nullopt unless PADDLE_TRAINERS, POD_IP and PADDLE_TRAINER_ID are all set (the launchers'
+// test for PaddleCloud; Paddle's own cloud tests leave TRAINER_PORTS_NUM unset in their abort
+// case, and later fleet launchers ask for it too: it is read when set). Malformed values, a node
+// rank outside the node list, DISTRIBUTED_TRAINER_ENDPOINTS without TRAINER_PORTS_NUM or with a
+// length other than nodes x TRAINER_PORTS_NUM throw EnvError naming the variable.
+std::optional<PaddleCloudNode> paddle_cloud_node(const EnvMap& env);
+
+// The variables paddle_cloud_node() needs that `env` lacks (empty when none), for the message
+// of --use_paddlecloud without them.
+std::vector<std::string> missing_paddle_cloud_variables(const EnvMap& env);
+
 // One process of an Open MPI job, from OMPI_COMM_WORLD_* (mpirun sets them in every process).
 struct MpiProcess {
   int rank = 0;

@@ -26,10 +26,38 @@ std::string join(const std::vector<std::string>& items) {
   return out;
 }
 
+// PaddleCloud's nodes, when they describe this job (see topology.h).
+std::optional<env::PaddleCloudNode> cloud_nodes(const LaunchOptions& o, const env::EnvMap& env) {
+  if (o.ps_job()) return std::nullopt;
+  if (!o.use_paddlecloud && (o.nnodes || o.node_rank || o.master_addr)) return std::nullopt;
+  std::optional<env::PaddleCloudNode> cloud = env::paddle_cloud_node(env);
+  if (o.use_paddlecloud && !cloud) {
+    const auto trainers = env::lookup(env, env::kTrainersNum);
+    if (!trainers || *trainers == "1") return std::nullopt;  // Paddle: one trainer, no cloud
+    throw PlanError("--use_paddlecloud with " + std::string(env::kTrainersNum) + "=" + *trainers +
+                    " needs PaddleCloud's variables, but " +
+                    join(env::missing_paddle_cloud_variables(env)) + " not set");
+  }
+  if (!cloud || !cloud->in_use()) return std::nullopt;
+  return cloud;
+}
+
 }  // namespace
 
 NodeTopology resolve_topology(const LaunchOptions& o, const env::EnvMap& env) {
   NodeTopology t;
+  if (auto cloud = cloud_nodes(o, env)) {
+    t.source = "PaddleCloud (" + std::string(env::kPaddleTrainers) + "=" + join(cloud->node_ips) +
+               ", " + env::kTrainerId + "=" + std::to_string(cloud->node_rank) + ")";
+    t.hosts = cloud->node_ips;
+    t.nnodes = t.min_nnodes = static_cast<int>(t.hosts.size());
+    t.node_rank = cloud->node_rank;
+    t.local_host = t.hosts[t.node_rank];
+    t.control = env::Endpoint{t.hosts.front(), control_port(o)};
+    t.paddle_static = true;
+    t.cloud = std::move(cloud);
+    return t;
+  }
   if (o.nnodes || o.node_rank || o.master_addr) {
     t.source = "--nnodes/--node_rank/--master_addr";
     t.nnodes = o.nnodes.value_or(1);
@@ -51,6 +79,7 @@ NodeTopology resolve_topology(const LaunchOptions& o, const env::EnvMap& env) {
   }
   if (o.node_flags_given()) {
     t.source = "--cluster_node_ips";
+    t.paddle_static = true;
     t.hosts = o.cluster_node_ips;
     t.nnodes = t.min_nnodes = static_cast<int>(t.hosts.size());
     t.node_rank = o.node_index();

@@ -16,6 +16,14 @@
 //   is at MASTER_ADDR (127.0.0.1 when every process is on this machine), the control port
 //   --master_port, else MASTER_PORT, else the default below. Checked before Slurm's: mpirun
 //   inside an allocation starts its processes through Slurm.
+// - PaddleCloud's (env/scheduler.h: PADDLE_TRAINERS, POD_IP, PADDLE_TRAINER_ID, used when
+//   PADDLE_TRAINERS_NUM is not 1): with --use_paddlecloud (Paddle 1.8), or without it when all
+//   three are set and no torchrun or Paddle 2.x node flag is given (the fleet launcher's
+//   switch); collective jobs only. Checked first: --cluster_node_ips/--node_ip given alongside
+//   are ignored, as Paddle ignores them. The node list is PADDLE_TRAINERS, the node rank
+//   PADDLE_TRAINER_ID.
+// Paddle's node lists (--cluster_node_ips and PaddleCloud) are `paddle_static`: without a secret
+// every node computes the endpoints itself (launcher/cluster/static_job.h).
 // --nnodes=MIN:MAX (torchrun's elastic spelling) gives nnodes = MAX and min_nnodes = MIN; each
 // node still names itself with --node_rank (< MAX), and node 0 hosts the control store.
 // With more than one node, node 0's launcher hosts the control store at
@@ -28,6 +36,7 @@
 #include <vector>
 
 #include "env/contract.h"
+#include "env/scheduler.h"
 #include "launcher/options/options.h"
 
 namespace ddl::launcher {
@@ -45,13 +54,17 @@ struct NodeTopology {
   std::optional<std::string> local_host;
   env::Endpoint control;  // node 0's control store; meaningful when nnodes > 1
   std::string source;     // how the nodes were given, for messages ("--cluster_node_ips", ...)
+  // Paddle's static spellings: the node list is given (--cluster_node_ips, PaddleCloud), and
+  // Paddle computes every endpoint on each node without talking to the others.
+  bool paddle_static = false;
+  std::optional<env::PaddleCloudNode> cloud;  // PaddleCloud's description, when it gave the nodes
 
   bool multi_node() const { return nnodes > 1; }
   bool elastic() const { return min_nnodes < nnodes; }
 };
 
-// Throws PlanError (launcher/cluster/plan.h) for a control port out of range, env::EnvError for a
-// malformed Slurm environment.
+// Throws PlanError (launcher/cluster/plan.h) for a control port out of range or --use_paddlecloud
+// without PaddleCloud's variables, env::EnvError for a malformed Slurm or PaddleCloud environment.
 NodeTopology resolve_topology(const LaunchOptions& options, const env::EnvMap& env);
 
 }  // namespace ddl::launcher

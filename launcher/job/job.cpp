@@ -16,8 +16,10 @@
 
 #include "launcher/cluster/generation.h"
 #include "launcher/cluster/plan.h"
+#include "launcher/cluster/static_job.h"
 #include "launcher/cluster/topology.h"
 #include "launcher/coord/control.h"
+#include "launcher/job/identity.h"
 #include "launcher/job/job_config.h"
 #include "launcher/report/run_report.h"
 #include "launcher/supervise/supervisor.h"
@@ -29,7 +31,6 @@ namespace ddl::launcher {
 namespace {
 
 constexpr std::size_t kJobIdBytes = 8;
-constexpr std::size_t kJobSecretBytes = 16;
 
 // A private folder for the launcher's scratch files (the workers' error files when there is no
 // --log_dir), removed with everything in it when the job ends.
@@ -84,23 +85,23 @@ JobDescription describe_job(const LaunchOptions& options, const NodeTopology& to
 }
 
 // With --servers/--workers every node runs its own launch, with no control store between them:
-// when the lists span several hosts, their processes can only find each other with one job id
-// and secret given to every node.
-void check_explicit_identity(const LaunchOptions& options,
-                             const std::optional<std::string>& caller_job_id,
-                             const std::optional<std::string>& caller_secret) {
-  if (!options.explicit_endpoints()) return;
+// the number of hosts the lists name.
+int listed_hosts(const LaunchOptions& options) {
   std::set<std::string> hosts;
   for (const auto* list : {&options.servers, &options.workers}) {
     for (const env::Endpoint& e : *list) hosts.insert(e.host);
   }
-  if (hosts.size() < 2 || (caller_job_id && caller_secret)) return;
-  std::string missing;
-  if (!caller_job_id) missing = env::kJobId;
-  if (!caller_secret) missing += (missing.empty() ? "" : " and ") + std::string(env::kJobSecret);
-  throw PlanError("--servers/--workers span " + std::to_string(hosts.size()) +
-                  " hosts, each running its own launch: set the same " + env::kJobId + " and " +
-                  env::kJobSecret + " on every one of them (not set here: " + missing + ")");
+  return static_cast<int>(hosts.size());
+}
+
+// What every node of a static job is given alike, for its derived job id: the program, the
+// counts and every endpoint.
+std::string static_description(const LaunchOptions& options,
+                               const std::vector<env::Endpoint>& endpoints) {
+  return "worker=" + std::filesystem::path(options.worker).filename().string() +
+         ";nproc=" + std::to_string(options.nproc_per_node) +
+         ";servers=" + std::to_string(options.server_num) +
+         ";endpoints=" + env::join_endpoints(endpoints);
 }
 
 // A generation's members become the plan's endpoints and this node's place among them.
@@ -111,21 +112,6 @@ void use_membership(const Membership& membership, PlanInputs& inputs) {
   for (int n : membership.nodes) nodes += (nodes.empty() ? "" : ", ") + std::to_string(n);
   spdlog::debug("generation {}: nodes {}; this node is number {} of them",
                 membership.generation.index(), nodes, membership.position);
-}
-
-// A multi-node job needs the same job secret from the caller on every node.
-void require_job_secret(const NodeTopology& topology,
-                        const std::optional<std::string>& caller_secret) {
-  if (caller_secret) return;
-  throw PlanError(std::string("a job of ") + std::to_string(topology.nnodes) + " nodes (from " +
-                  topology.source + ") needs the same " + env::kJobSecret +
-                  " on every node: it admits the launchers to node 0's control store and the "
-                  "workers to their store. Set it before starting launch on each node, e.g. "
-                  "export " +
-                  env::kJobSecret +
-                  "=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n') "
-                  "(srun passes the caller's environment on; mpirun needs -x " +
-                  env::kJobSecret + " on other machines)");
 }
 
 // How this node reaches node 0's control store; says which node this is.
@@ -198,18 +184,18 @@ void log_agreement(const JobConfig& config, const NodeTopology& topology,
   }
 }
 
-// Joins the other nodes through node 0's control store; fills the job id, the endpoints and the
-// first generation this node runs (a later one for a node admitted into a running elastic job).
+// Joins the other nodes through node 0's control store (admitting holders of `secret`, or anyone
+// when it is empty); fills the job id, the endpoints and the first generation this node runs (a
+// later one for a node admitted into a running elastic job).
 std::unique_ptr<ControlChannel> form_multi_node_job(const LaunchOptions& options,
                                                     const JobConfig& config, NodeTopology& topology,
                                                     const std::optional<std::string>& caller_job_id,
-                                                    const std::optional<std::string>& caller_secret,
+                                                    const std::string& secret,
                                                     std::string& job_id, PlanInputs& inputs,
                                                     Generation& first,
                                                     std::shared_ptr<ExternalStop> stop) {
-  require_job_secret(topology, caller_secret);
   auto control = std::make_unique<ControlChannel>(
-      control_options_for(options, topology, caller_job_id, *caller_secret));
+      control_options_for(options, topology, caller_job_id, secret));
   topology.node_rank = control->node_rank();
 
   try {
@@ -326,9 +312,11 @@ class JobRun {
     topology_ = resolve_topology(options_, context_.caller_env);  // node rank: maybe assigned below
     prepare_inputs();
     fix_identity();
-    if (topology_.multi_node()) {
-      control_ = form_multi_node_job(options_, config_, topology_, caller_job_id_, caller_secret_,
-                                     job_id_, inputs_, first_generation_, stop_);
+    if (identity_.mode == IdentityMode::kStatic) {
+      plan_static_job();
+    } else if (topology_.multi_node()) {
+      control_ = form_multi_node_job(options_, config_, topology_, caller_job_id_,
+                                     identity_.secret, job_id_, inputs_, first_generation_, stop_);
     }
     inputs_.job_id = job_id_;
     choose_error_file_dir();
@@ -358,16 +346,73 @@ class JobRun {
     };
   }
 
-  // The job's identity must be the same on every node: the caller's DDL_JOB_ID / DDL_JOB_SECRET
-  // when set; otherwise a single node makes its own, and a multi-node job takes node 0's job id
-  // through the control store and requires the secret from the caller (it also admits the
-  // launchers to that store, so it cannot travel through it).
+  // The job's identity must be the same on every node (launcher/job/identity.h): the caller's
+  // DDL_JOB_ID / DDL_JOB_SECRET when set; otherwise a single node makes its own, a job joined
+  // through the control store takes node 0's job id, and a static job derives it (below). A job
+  // without a secret says once what runs unauthenticated and what a secret adds.
   void fix_identity() {
     caller_job_id_ = non_empty(context_.caller_env, env::kJobId);
-    caller_secret_ = non_empty(context_.caller_env, env::kJobSecret);
-    check_explicit_identity(options_, caller_job_id_, caller_secret_);
+    IdentityRequest request;
+    const bool listed = options_.explicit_endpoints() && listed_hosts(options_) > 1;
+    request.nnodes = listed ? listed_hosts(options_) : topology_.nnodes;
+    request.paddle_static = topology_.paddle_static;
+    request.listed_hosts = listed;
+    request.caller_secret = non_empty(context_.caller_env, env::kJobSecret);
+    request.require_secret = options_.require_secret || secret_required_by(context_.caller_env);
+    request.source = listed ? std::string("--servers/--workers") : topology_.source;
+    identity_ = choose_identity(request);
+    // A restart of this node alone would leave the other nodes' workers behind (a local restart
+    // cannot restart them), so a static job of Paddle's node list does not restart.
+    if (identity_.mode == IdentityMode::kStatic && !listed && options_.max_restarts > 0) {
+      throw PlanError("--max_restarts=" + std::to_string(options_.max_restarts) +
+                      ": a static job (" + topology_.source + " without " + env::kJobSecret +
+                      ") has no control store, so its nodes cannot restart together; set the "
+                      "same " + env::kJobSecret + " on every node for job-wide restarts");
+    }
     job_id_ = caller_job_id_.value_or(random_hex(kJobIdBytes));
-    inputs_.job_secret = caller_secret_.value_or(random_hex(kJobSecretBytes));
+    inputs_.job_secret = identity_.secret;
+    const std::string notice = without_secret_notice(identity_.mode, topology_.control.str());
+    if (identity_.secret.empty() && identity_.mode == IdentityMode::kStatic) spdlog::info(notice);
+    if (identity_.mode == IdentityMode::kOpenControlStore) spdlog::warn(notice);
+  }
+
+  // A static job (Paddle's node list, PaddleCloud, or --servers/--workers across hosts): every
+  // endpoint computed here (launcher/cluster/static_job.h), the job id the caller's
+  // (DDL_JOB_ID, else --job_id) or derived from what every node is given alike.
+  void plan_static_job() {
+    std::vector<env::Endpoint> all;
+    if (options_.explicit_endpoints()) {
+      all = options_.servers;
+      all.insert(all.end(), options_.workers.begin(), options_.workers.end());
+    } else {
+      warn_ignored_node_flags();
+      all = static_endpoints(config_, topology_);
+      inputs_.cluster_endpoints = all;
+      inputs_.node_rank = topology_.node_rank;
+    }
+    if (!caller_job_id_) {
+      job_id_ = options_.job_id.value_or(derived_job_id(static_description(options_, all)));
+    }
+    if (options_.explicit_endpoints()) {
+      spdlog::info("--servers/--workers on {} hosts: static job {}", listed_hosts(options_),
+                   job_id_);
+    } else {
+      spdlog::info("node {} of {} ({}): static job {}, endpoints {}", topology_.node_rank,
+                   topology_.nnodes, topology_.source, job_id_, env::join_endpoints(all));
+    }
+  }
+
+  // As Paddle's cloud_utils: PaddleCloud's node list wins over --cluster_node_ips given alongside.
+  void warn_ignored_node_flags() const {
+    if (!topology_.cloud || !options_.cluster_node_ips_given) return;
+    std::string given;
+    for (const auto& ip : options_.cluster_node_ips) given += (given.empty() ? "" : ",") + ip;
+    std::string cloud;
+    for (const auto& ip : topology_.hosts) cloud += (cloud.empty() ? "" : ",") + ip;
+    if (given != cloud) {
+      spdlog::warn("PaddleCloud gives the nodes ({}={}): --cluster_node_ips={} is ignored",
+                   env::kPaddleTrainers, cloud, given);
+    }
   }
 
   // torchrun's error files (TORCHELASTIC_ERROR_FILE): in LOG_DIR, else in a scratch folder.
@@ -485,7 +530,7 @@ class JobRun {
   PlanInputs inputs_;
   std::vector<std::uint16_t> first_ports_;  // the ports of the first generation, once picked
   std::optional<std::string> caller_job_id_;
-  std::optional<std::string> caller_secret_;
+  Identity identity_;
   std::string job_id_;
   std::unique_ptr<ControlChannel> control_;  // a multi-node job's
   Generation first_generation_;

@@ -198,6 +198,8 @@ class EnvironmentDefaults {
     for (const char* flag : {"job_id", "log_dir", "max_restarts", "log_level", "started_port"}) {
       if (!flags_.has(flag)) add(flag, "PADDLE_");
     }
+    // The fleet launcher's first port (launch_utils.py, cloud_utils.py), after Paddle 2.x's.
+    if (!flags_.has("started_port")) add("started_port", "FLAGS_");
   }
 
   const env::EnvMap& env_;

@@ -399,6 +399,32 @@ std::vector<FlagSpec> nodes() {
           .config([](const LaunchOptions& o) { return std::optional(or_none(o.master_port)); })
           .done());
   t.push_back(
+      Flag("use_paddlecloud")
+          .switch_()
+          .group(FlagGroup::kNodes)
+          .also_in({Origin::kPaddle18})
+          .help("take the nodes from PaddleCloud's PADDLE_TRAINERS, POD_IP, PADDLE_TRAINER_ID "
+                "(when PADDLE_TRAINERS_NUM is not 1); the fleet launcher's automatic switch does "
+                "the same without the flag")
+          .doc("take the node list, this node and its rank from PaddleCloud's variables "
+               "(`PADDLE_TRAINERS`, `POD_IP`, `PADDLE_TRAINER_ID`) and the endpoints from "
+               "`DISTRIBUTED_TRAINER_ENDPOINTS` (with `TRAINER_PORTS_NUM`), else `PADDLE_PORT`, "
+               "else port 6170, when `PADDLE_TRAINERS_NUM` is not 1 (as Paddle 1.8); every node "
+               "starts its trainers without talking to the others. Without the flag the same "
+               "happens when all three variables are set (the fleet launcher's switch); see "
+               "[Multi-node jobs](multi-node.md#paddlecloud).")
+          .config([](const LaunchOptions& o) { return std::optional(python_bool(o.use_paddlecloud)); })
+          .done());
+  t.push_back(
+      Flag("require_secret")
+          .switch_()
+          .group(FlagGroup::kNodes)
+          .help("refuse a multi-node job without DDL_JOB_SECRET (as DDL_REQUIRE_SECRET=1)")
+          .doc("refuse to start a multi-node job unless `DDL_JOB_SECRET` is set (exit 2), "
+               "instead of running it unauthenticated as torchrun and Paddle do; "
+               "`DDL_REQUIRE_SECRET=1` in the environment does the same for a whole site.")
+          .done());
+  t.push_back(
       Flag("master")
           .value("HOST:PORT")
           .group(FlagGroup::kNodes)
@@ -476,9 +502,17 @@ std::vector<FlagSpec> rendezvous() {
           .alias("start_port", Origin::kPaddle2)
           .also_in({Origin::kPaddle18})
           .paddle("PADDLE_START_PORT")
-          .default_is("free ports")
+          .paddle("FLAGS_START_PORT")
+          .default_is("FLAGS_START_PORT, else free ports (one node), else 6070 (several nodes "
+                      "without DDL_JOB_SECRET; 6170 in PaddleCloud)")
           .help("endpoints are node_ip:P, P+1, ...; without it free ports are picked and, "
-                "between nodes, exchanged through the control store")
+                "between nodes, exchanged through the control store (with DDL_JOB_SECRET) or "
+                "Paddle's fixed default is used")
+          .doc("every node's workers listen on `node_ip:P, P+1, ...`. Unset: `FLAGS_START_PORT` "
+               "(the fleet launcher's variable) when set; else a single node picks free ports, a "
+               "multi-node job with `DDL_JOB_SECRET` exchanges free ports through the control "
+               "store, and one without a secret uses Paddle's fixed default, 6070 (6170, or "
+               "`PADDLE_PORT`, in PaddleCloud); see [Multi-node jobs](multi-node.md).")
           .config([](const LaunchOptions& o) { return std::optional(or_none(o.started_port)); })
           .done());
   t.push_back(Flag("role")

@@ -474,6 +474,8 @@ LaunchOptions parse_options(int argc, const char* const argv[], const env::EnvMa
   resolve_nodes(ps, o);
   if (ps.ps_job) resolve_ps_job(r, ps, nproc, o);
   parse_started_port(r, ps.ps_job, o);
+  o.use_paddlecloud = r.has("use_paddlecloud");
+  o.require_secret = r.has("require_secret");
   o.print_config = r.boolean("print_config");
   o.report = r.boolean("report");
   o.log_overwrite = r.boolean("log_overwrite");

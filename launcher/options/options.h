@@ -80,7 +80,12 @@ struct LaunchOptions {
   // --master_addr (not --master, --rdzv_endpoint or the c10d backend): torchrun's static
   // rendezvous, where MASTER_ADDR:MASTER_PORT is rank 0's store.
   bool static_master = false;
-  std::optional<int> started_port;       // --started_port; unset: free ports are picked
+  std::optional<int> started_port;  // --started_port (or FLAGS_START_PORT); unset: see flags.md
+  // --use_paddlecloud (Paddle 1.8): the nodes come from PaddleCloud's variables
+  // (env/scheduler.h, launcher/cluster/topology.h), which must then be set.
+  bool use_paddlecloud = false;
+  // --require_secret: a multi-node job without DDL_JOB_SECRET is refused (launcher/job/identity.h).
+  bool require_secret = false;
   bool print_config = true;              // --print_config[=false]
   // The PET_<FLAG> variables that gave a flag its value, as "PET_NNODES=2" (see parse_options).
   std::vector<std::string> from_environment;
