@@ -284,9 +284,12 @@ TEST(MultiNode, DifferentNodeListsFailOnBothSides) {
                   "'127.0.0.1,127.0.0.2' on node 0");
 }
 
-TEST(MultiNode, SecretIsRequired) {
+// Without a secret Paddle's spelling runs as Paddle does (tests/e2e/paddle/multinode_test.cpp);
+// a site that demands one gets today's refusal.
+TEST(MultiNode, SecretIsRequiredWhenDemanded) {
   TempDir tmp;
-  LaunchRun run(tmp, paddle_args(kNode0, free_loopback_port(), tmp.path() / "logs", {}));
+  LaunchRun run(tmp, paddle_args(kNode0, free_loopback_port(), tmp.path() / "logs", {}),
+                {{ddl::env::kRequireSecret, "1"}});
   ASSERT_EQ(run.wait(milliseconds(10'000)), 2) << run.err();
   EXPECT_TRUE(contains(run.err(), "DDL_JOB_SECRET")) << run.err();
   EXPECT_FALSE(fs::exists(tmp.path() / "logs")) << "nothing was set up";

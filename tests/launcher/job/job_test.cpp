@@ -135,9 +135,11 @@ TEST(Job, ErrorsMapToTheLaunchersExitCodes) {
 
 TEST(Job, ABadPlanIsATypedError) {
   EXPECT_THROW(
-      run_job(parse({"--ips=10.0.0.1,10.0.0.2", "--node_ip=10.0.0.1", "hello_worker"}), context()),
+      run_job(parse({"--ips=10.0.0.1,10.0.0.2", "--node_ip=10.0.0.1", "--max_restarts=1",
+                     "hello_worker"}),
+              context()),
       PlanError)
-      << "several nodes without --started_port or a secret";
+      << "a static job (no secret) cannot restart its nodes together";
 }
 
 }  // namespace
