@@ -130,6 +130,7 @@ const std::map<std::string, std::string>& sample_values() {
       {"PET_RDZV_ID", "job"},
       {"PET_RDZV_CONF", "last_call_timeout=5"},
       {"PADDLE_START_PORT", "6000"},
+      {"FLAGS_START_PORT", "6100"},
       {"PET_ROLE", "trainer"},
       {"PADDLE_JOB_ID", "job"},
       {"PET_MAX_RESTARTS", "2"},
