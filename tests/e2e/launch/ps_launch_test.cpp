@@ -232,7 +232,9 @@ TEST(PsLaunch, ExplicitListsStartTheEntriesOfNodeIp) {
   expect_nothing_left(every_group(b));
 }
 
-TEST(PsLaunch, ExplicitListsRefuseANodeWithNothingAndAMissingIdentity) {
+// Lists across hosts without DDL_JOB_ID/DDL_JOB_SECRET run as Paddle runs them (issue 27): a
+// static job whose id every host derives alike; a site that demands a secret gets a refusal.
+TEST(PsLaunch, ExplicitListsRefuseANodeWithNothingAndDeriveAMissingIdentity) {
   TempDir tmp;
   const std::vector<std::string> lists = {"--servers=" + kHostA + ":7000",
                                           "--workers=" + kHostB + ":7001"};
@@ -249,10 +251,15 @@ TEST(PsLaunch, ExplicitListsRefuseANodeWithNothingAndAMissingIdentity) {
   EXPECT_TRUE(contains(nothing.err(), "this node would start nothing")) << nothing.err();
 
   TempDir tmp2;
-  LaunchRun anonymous(tmp2, with({"--node_ip=" + kHostA, "--print_config=false"}),
-                      {{ddl::env::kJobSecret, "s"}});
-  ASSERT_EQ(anonymous.wait(milliseconds(10'000)), 2) << anonymous.err();
-  EXPECT_TRUE(contains(anonymous.err(), "not set here: DDL_JOB_ID")) << anonymous.err();
+  LaunchRun anonymous(tmp2, with({"--node_ip=" + kHostA, "--print_config=false"}));
+  ASSERT_EQ(anonymous.wait(milliseconds(10'000)), 0) << anonymous.err();
+  EXPECT_TRUE(contains(anonymous.err(), "on 2 hosts: static job static-")) << anonymous.err();
+
+  TempDir tmp3;
+  LaunchRun required(tmp3, with({"--node_ip=" + kHostA, "--print_config=false"}),
+                     {{ddl::env::kRequireSecret, "1"}});
+  ASSERT_EQ(required.wait(milliseconds(10'000)), 2) << required.err();
+  EXPECT_TRUE(contains(required.err(), "needs the same DDL_JOB_SECRET")) << required.err();
 }
 
 }  // namespace
