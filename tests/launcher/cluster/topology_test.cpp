@@ -215,3 +215,77 @@ TEST(Options, HostNamesAreAcceptedInTheNodeList) {
 
 }  // namespace
 }  // namespace ddl::launcher
+
+namespace ddl::launcher {
+namespace {
+
+// PaddleCloud's variables (issue 27) and FLAGS_START_PORT.
+LaunchOptions parse_env(std::vector<std::string> args, const env::EnvMap& env) {
+  args.insert(args.begin(), "launch");
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  return parse_options(static_cast<int>(argv.size()), argv.data(), env);
+}
+
+const env::EnvMap kCloudEnv = {{"PADDLE_TRAINERS", "10.0.0.1,10.0.0.2"},
+                               {"POD_IP", "10.0.0.2"},
+                               {"PADDLE_TRAINER_ID", "1"},
+                               {"PADDLE_TRAINERS_NUM", "2"}};
+
+TEST(CloudTopology, TheFleetSwitchNeedsNoFlag) {
+  const NodeTopology t =
+      resolve_topology(parse_env({"--ips=10.0.0.9", "--node_ip=10.0.0.9", "w"}, kCloudEnv),
+                       kCloudEnv);
+  EXPECT_TRUE(t.cloud.has_value());
+  EXPECT_TRUE(t.paddle_static);
+  EXPECT_EQ(t.nnodes, 2);
+  EXPECT_EQ(t.node_rank, 1);
+  EXPECT_EQ(t.hosts, (Hosts{"10.0.0.1", "10.0.0.2"})) << "the node flags given are ignored";
+}
+
+TEST(CloudTopology, OneTrainerOrTorchrunSpellingIsNotCloud) {
+  env::EnvMap one = kCloudEnv;
+  one["PADDLE_TRAINERS_NUM"] = "1";
+  EXPECT_FALSE(resolve_topology(parse_env({"w"}, one), one).cloud);
+  EXPECT_FALSE(resolve_topology(parse_env({"--use_paddlecloud", "w"}, one), one).cloud)
+      << "Paddle 1.8: one trainer, no cloud";
+  const LaunchOptions torchrun =
+      parse_env({"--nnodes=2", "--node_rank=0", "--master_addr=10.0.0.1", "w"}, kCloudEnv);
+  EXPECT_FALSE(resolve_topology(torchrun, kCloudEnv).cloud);
+  EXPECT_FALSE(resolve_topology(parse_env({"--server_num=1", "w"}, kCloudEnv), kCloudEnv).cloud)
+      << "parameter-server jobs are not PaddleCloud collective jobs";
+}
+
+TEST(CloudTopology, TheFlagWithoutVariablesIsAnError) {
+  const env::EnvMap env = {{"PADDLE_TRAINERS_NUM", "2"}, {"POD_IP", "10.0.0.2"}};
+  try {
+    resolve_topology(parse_env({"--use_paddlecloud", "w"}, env), env);
+    FAIL() << "PADDLE_TRAINERS and PADDLE_TRAINER_ID are missing";
+  } catch (const PlanError& e) {
+    EXPECT_NE(std::string(e.what()).find("PADDLE_TRAINERS,PADDLE_TRAINER_ID"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(CloudTopology, ANodeListIsPaddleStatic) {
+  EXPECT_TRUE(resolve_topology(parse_env({"--ips=10.0.0.1,10.0.0.2", "--node_ip=10.0.0.1", "w"},
+                                         {}),
+                               {})
+                  .paddle_static);
+  EXPECT_FALSE(
+      resolve_topology(parse_env({"--nnodes=2", "--master_addr=10.0.0.1", "w"}, {}), {})
+          .paddle_static);
+}
+
+TEST(FlagsStartPort, IsTheFirstPortUnlessAFlagOrPaddle2xSaysOtherwise) {
+  EXPECT_EQ(parse_env({"w"}, {{"FLAGS_START_PORT", "7100"}}).started_port, 7100);
+  EXPECT_EQ(parse_env({"--started_port=7200", "w"}, {{"FLAGS_START_PORT", "7100"}}).started_port,
+            7200);
+  EXPECT_EQ(
+      parse_env({"w"}, {{"FLAGS_START_PORT", "7100"}, {"PADDLE_START_PORT", "7300"}}).started_port,
+      7300);
+  EXPECT_FALSE(parse_env({"w"}, {}).started_port);
+}
+
+}  // namespace
+}  // namespace ddl::launcher
