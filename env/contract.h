@@ -87,6 +87,9 @@ inline constexpr std::pair<const char*, const char*> kRemovedProxies[] = {
 // Our own additions.
 inline constexpr const char* kJobId = "DDL_JOB_ID";            // names one job (one launch)
 inline constexpr const char* kJobSecret = "DDL_JOB_SECRET";    // store admits only holders
+// munged's socket for the launchers' credentials under Slurm (launcher/coord/munge_auth.h);
+// unset: the socket slurm.conf names, else munge's default.
+inline constexpr const char* kMungeSocket = "DDL_MUNGE_SOCKET";
 inline constexpr const char* kRendezvousTimeoutMs = "DDL_RENDEZVOUS_TIMEOUT_MS";
 inline constexpr const char* kRestartCount = "DDL_RESTART_COUNT";  // 0 on the first start
 inline constexpr const char* kLogLevel = "DDL_LOG_LEVEL";      // debug|info|warn|error
