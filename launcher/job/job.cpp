@@ -18,10 +18,12 @@
 #include "launcher/cluster/plan.h"
 #include "launcher/cluster/topology.h"
 #include "launcher/coord/control.h"
+#include "launcher/coord/munge_auth.h"
 #include "launcher/job/job_config.h"
 #include "launcher/report/run_report.h"
 #include "launcher/supervise/supervisor.h"
 #include "launcher/supervise/worker_lookup.h"
+#include "env/slurm.h"
 #include "net/ports.h"
 
 namespace ddl::launcher {
@@ -128,14 +130,53 @@ void require_job_secret(const NodeTopology& topology,
                   env::kJobSecret + " on other machines)");
 }
 
+// The control store's job id: the same on every node.
+std::string control_job_id(const std::optional<std::string>& caller_job_id) {
+  return caller_job_id ? *caller_job_id + "/control" : "ddl-control";
+}
+
+// Under Slurm without DDL_JOB_SECRET, the launchers admit each other with munge credentials:
+// Slurm's munged shares one key across the cluster, so a credential node 0's munged decodes
+// comes from this cluster, and its payload binds it to this Slurm job and control store. The
+// workers' secret then comes from node 0 through that store. Null when the caller gave a
+// secret; without one and outside Slurm, or with munged unreachable, the job is refused.
+std::shared_ptr<const MungeAdmission> munge_admission(
+    const NodeTopology& topology, const env::EnvMap& env,
+    const std::optional<std::string>& caller_job_id,
+    const std::optional<std::string>& caller_secret) {
+  if (caller_secret) return nullptr;
+  const std::optional<std::string> slurm_job = env::lookup(env, env::kSlurmJobId);
+  if (!slurm_job || slurm_job->empty()) {
+    require_job_secret(topology, caller_secret);
+  }
+  MungeClient client(find_munge_socket(env));
+  try {
+    client.encode("");  // munged answers: the others' credentials can be checked too
+  } catch (const MungeError& e) {
+    throw PlanError("a job of " + std::to_string(topology.nnodes) + " nodes (from " +
+                    topology.source + ") without " + env::kJobSecret +
+                    " admits its launchers with munge credentials, but munge cannot be used: " +
+                    e.what() + ". Set " + env::kMungeSocket + " to munged's socket, or the same " +
+                    env::kJobSecret + " on every node");
+  }
+  spdlog::info("no {}: the launchers of Slurm job {} admit each other with munge credentials "
+               "({}); node 0 hands out the workers' secret",
+               env::kJobSecret, *slurm_job, client.where());
+  return std::make_shared<const MungeAdmission>(
+      std::move(client),
+      "slurm job " + *slurm_job + ", control store '" + control_job_id(caller_job_id) + "'");
+}
+
 // How this node reaches node 0's control store; says which node this is.
 ControlOptions control_options_for(const LaunchOptions& options, const NodeTopology& topology,
                                    const std::optional<std::string>& caller_job_id,
-                                   const std::string& secret) {
+                                   const std::optional<std::string>& caller_secret,
+                                   std::shared_ptr<const MungeAdmission> munge) {
   ControlOptions control_options;
   control_options.endpoint = topology.control;
-  control_options.job_id = caller_job_id ? *caller_job_id + "/control" : "ddl-control";
-  control_options.secret = secret;
+  control_options.job_id = control_job_id(caller_job_id);
+  control_options.secret = caller_secret.value_or("");
+  control_options.munge = std::move(munge);
   control_options.node_rank = topology.node_rank;
   control_options.nnodes = topology.nnodes;
   control_options.min_nnodes = topology.min_nnodes;
@@ -199,7 +240,8 @@ void log_agreement(const JobConfig& config, const NodeTopology& topology,
 }
 
 // Joins the other nodes through node 0's control store; fills the job id, the endpoints and the
-// first generation this node runs (a later one for a node admitted into a running elastic job).
+// first generation this node runs (a later one for a node admitted into a running elastic job),
+// and, for launchers admitted by munge, the workers' secret (node 0's).
 std::unique_ptr<ControlChannel> form_multi_node_job(const LaunchOptions& options,
                                                     const JobConfig& config, NodeTopology& topology,
                                                     const std::optional<std::string>& caller_job_id,
@@ -207,16 +249,25 @@ std::unique_ptr<ControlChannel> form_multi_node_job(const LaunchOptions& options
                                                     std::string& job_id, PlanInputs& inputs,
                                                     Generation& first,
                                                     std::shared_ptr<ExternalStop> stop) {
-  require_job_secret(topology, caller_secret);
+  std::shared_ptr<const MungeAdmission> munge =
+      munge_admission(topology, inputs.caller_env, caller_job_id, caller_secret);
+  const bool by_munge = munge != nullptr;
   auto control = std::make_unique<ControlChannel>(
-      control_options_for(options, topology, caller_job_id, *caller_secret));
+      control_options_for(options, topology, caller_job_id, caller_secret, std::move(munge)));
   topology.node_rank = control->node_rank();
 
   try {
     const std::vector<env::Endpoint> local = published_endpoints(options, config, topology);
-    const ControlChannel::Agreement agreement =
-        control->rendezvous(describe_job(options, topology), local, job_id);
+    const ControlChannel::Agreement agreement = control->rendezvous(
+        describe_job(options, topology), local, job_id, by_munge ? inputs.job_secret : "");
     job_id = agreement.job_id;
+    if (by_munge) {
+      if (agreement.job_secret.empty()) {
+        throw ControlError("node 0 published no workers' secret; is it started with " +
+                           std::string(env::kJobSecret) + " while this node is not?");
+      }
+      inputs.job_secret = agreement.job_secret;
+    }
     // Heartbeats from here on: node 0 must not take this node for lost while it waits for the
     // first generation (a node admitted late into an elastic job may wait long).
     control->watch(std::move(stop));
@@ -361,7 +412,8 @@ class JobRun {
   // The job's identity must be the same on every node: the caller's DDL_JOB_ID / DDL_JOB_SECRET
   // when set; otherwise a single node makes its own, and a multi-node job takes node 0's job id
   // through the control store and requires the secret from the caller (it also admits the
-  // launchers to that store, so it cannot travel through it).
+  // launchers to that store, so it cannot travel through it), except under Slurm, where munge
+  // admits the launchers and node 0's secret travels through the store (munge_admission()).
   void fix_identity() {
     caller_job_id_ = non_empty(context_.caller_env, env::kJobId);
     caller_secret_ = non_empty(context_.caller_env, env::kJobSecret);
