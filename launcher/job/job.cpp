@@ -14,6 +14,7 @@
 #include <set>
 #include <vector>
 
+#include "env/slurm.h"
 #include "launcher/cluster/generation.h"
 #include "launcher/cluster/plan.h"
 #include "launcher/cluster/topology.h"
@@ -23,7 +24,6 @@
 #include "launcher/report/run_report.h"
 #include "launcher/supervise/supervisor.h"
 #include "launcher/supervise/worker_lookup.h"
-#include "env/slurm.h"
 #include "net/ports.h"
 
 namespace ddl::launcher {
