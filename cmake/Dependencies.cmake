@@ -19,6 +19,20 @@ if(NOT DDL_FUZZ)
   find_package(Gloo REQUIRED)
 endif()
 
+# libmunge (Debian libmunge-dev): under Slurm, the launchers of a multi-node job admit each other
+# with munge credentials instead of a shared DDL_JOB_SECRET (launcher/coord/munge_auth.h).
+if(NOT DDL_FUZZ)
+  find_path(DDL_MUNGE_INCLUDE_DIR munge.h)
+  find_library(DDL_MUNGE_LIBRARY munge)
+  if(NOT DDL_MUNGE_INCLUDE_DIR OR NOT DDL_MUNGE_LIBRARY)
+    message(FATAL_ERROR "libmunge not found (munge.h: ${DDL_MUNGE_INCLUDE_DIR}, library: "
+                        "${DDL_MUNGE_LIBRARY}); install Debian's libmunge-dev")
+  endif()
+  add_library(ddl_munge INTERFACE)
+  target_include_directories(ddl_munge SYSTEM INTERFACE ${DDL_MUNGE_INCLUDE_DIR})
+  target_link_libraries(ddl_munge INTERFACE ${DDL_MUNGE_LIBRARY})
+endif()
+
 if(WITH_TORCH)
   find_package(Torch REQUIRED)
   # Torch's imported flags are not SYSTEM; wrap them so our -Wall -Wextra only judges our code.

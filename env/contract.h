@@ -90,6 +90,9 @@ inline constexpr const char* kJobSecret = "DDL_JOB_SECRET";    // store admits o
 // "1" (or true/yes): `launch` refuses a multi-node job without DDL_JOB_SECRET (a site's policy;
 // the same as --require_secret). Unset: such a job runs unauthenticated, as torchrun's does.
 inline constexpr const char* kRequireSecret = "DDL_REQUIRE_SECRET";
+// munged's socket for the launchers' credentials under Slurm (launcher/coord/munge_auth.h);
+// unset: the socket slurm.conf names, else munge's default.
+inline constexpr const char* kMungeSocket = "DDL_MUNGE_SOCKET";
 inline constexpr const char* kRendezvousTimeoutMs = "DDL_RENDEZVOUS_TIMEOUT_MS";
 inline constexpr const char* kRestartCount = "DDL_RESTART_COUNT";  // 0 on the first start
 inline constexpr const char* kLogLevel = "DDL_LOG_LEVEL";      // debug|info|warn|error

@@ -21,6 +21,10 @@ inline constexpr const char* kSlurmNnodes = "SLURM_NNODES";              // node
 inline constexpr const char* kSlurmNodeId = "SLURM_NODEID";              // this node, 0-based
 inline constexpr const char* kSlurmNtasksPerNode = "SLURM_NTASKS_PER_NODE";  // srun tasks per node
 inline constexpr const char* kSlurmJobId = "SLURM_JOB_ID";  // messages; env/scheduler.h: ids, ports
+// Slurm's configuration file (srun passes it on); unset: kDefaultSlurmConf. Its AuthInfo names
+// the munged socket Slurm uses (launcher/coord/munge_auth.h).
+inline constexpr const char* kSlurmConf = "SLURM_CONF";
+inline constexpr const char* kDefaultSlurmConf = "/etc/slurm/slurm.conf";
 
 // Longest node list expand_hostlist() produces (a typo such as "n[0-99999999]" must not eat memory).
 inline constexpr std::size_t kMaxHostlistHosts = 65'536;

@@ -149,7 +149,7 @@ void FramedClient::Impl::handshake() {
   PayloadWriter w;
   w.u32(static_cast<std::uint32_t>(options_.rank))
       .u32(static_cast<std::uint32_t>(options_.world_size))
-      .str(options_.secret);
+      .str(options_.credential ? options_.credential() : options_.secret);
   const Bytes hello = encode_or_throw(op_byte(TransportOp::kHello), 0, w.take(), what);
   const auto deadline = deadline_after(options_.io_timeout);
   write_frame(hello, deadline, what);
@@ -164,7 +164,7 @@ void FramedClient::Impl::handshake() {
     broken_ = "refused";
     throw RefusedError(prefix() + options_.server_name + " at " + where_ +
                        " refused this client: " + reason +
-                       "; check DDL_JOB_ID and DDL_JOB_SECRET");
+                       (options_.credential ? "" : "; check DDL_JOB_ID and DDL_JOB_SECRET"));
   }
   if (reply.op != op_byte(TransportOp::kHelloOk) || reply.job_id != options_.job_id ||
       reply.service != options_.service) {

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <vector>
 #include <memory>
 #include <string>
@@ -19,6 +20,9 @@ struct ClientOptions {
   env::Endpoint endpoint;  // the server
   std::string job_id;      // sent in every frame; replies for another job id are an error
   std::string secret;      // presented in the hello
+  // Set: makes what the hello presents instead of `secret`, once per connection (e.g. a fresh
+  // munge credential, launcher/coord/munge_auth.h). An exception it throws ends the constructor.
+  std::function<std::string()> credential;
   Service service = Service::kStore;
   std::string server_name = "the store";  // for messages: "rank 2: the store at H:P ..."
   std::string server_host_hint = "rank 0";  // who hosts it, for the connect error

@@ -214,7 +214,12 @@ class FramedServer::Impl::Session : public Connection,
                                " serves another job (a stale generation?)");
       return;
     }
-    if (!opts.secret.empty() && !secrets_equal(secret, opts.secret)) {
+    if (opts.admit) {
+      if (const std::string why = admission_refusal(secret, rank); !why.empty()) {
+        refuse(f.request_id, why);
+        return;
+      }
+    } else if (!opts.secret.empty() && !secrets_equal(secret, opts.secret)) {
       refuse(f.request_id, "wrong job secret for job '" + f.job_id + "' (secret refused)");
       return;
     }
@@ -223,6 +228,15 @@ class FramedServer::Impl::Session : public Connection,
     decoder_.set_max_payload_bytes(kMaxPayloadBytes);
     spdlog::debug("{}: rank {}/{} joined from {}", opts.name, rank, world_size, peer_);
     reply(f.request_id, op_byte(TransportOp::kHelloOk), {});
+  }
+
+  // ServerOptions::admit's verdict; an exception it throws is a refusal too.
+  std::string admission_refusal(const std::string& presented, int rank) {
+    try {
+      return server_.options().admit(presented, rank);
+    } catch (const std::exception& e) {
+      return std::string("admission failed: ") + e.what();
+    }
   }
 
   void refuse(std::uint32_t request_id, const std::string& reason) {

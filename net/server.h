@@ -50,6 +50,12 @@ struct ServerOptions {
   env::Endpoint endpoint;     // where to listen; port 0 binds an ephemeral port
   std::string job_id;         // frames carrying another job id are refused
   std::string secret;         // clients must present it; empty admits any client of the job id
+  // Set: decides instead of `secret` on what a client presents in its hello (e.g. a munge
+  // credential, launcher/coord/munge_auth.h), given the rank the hello names. Returns "" to admit,
+  // else the reason for the refusal (sent to the client, logged). Runs on the server thread once
+  // per hello, after the job id and service were checked; an exception it throws refuses the
+  // client with its message.
+  std::function<std::string(const std::string& presented, int rank)> admit;
   Service service = Service::kStore;  // hellos for another service are refused
   std::string name = "server";  // for log lines and errors: "store", "parameter server 1"
   int rank = 0;                  // the hosting rank, for errors

@@ -26,6 +26,9 @@ packages=(
   # 22.05 cluster on this machine (scripts/slurm_cluster.sh, tests/e2e/schedulers/).
   openmpi-bin
   munge slurmctld slurmd slurm-client
+  # Under Slurm the launchers of a multi-node job admit each other with munge credentials
+  # (launcher/coord/munge_auth.h): the library and its header.
+  libmunge-dev
 )
 
 missing=()

@@ -27,6 +27,7 @@ net::ClientOptions client_options(const TcpStoreOptions& o) {
   c.endpoint = o.endpoint;
   c.job_id = o.job_id;
   c.secret = o.secret;
+  c.credential = o.credential;
   c.service = net::Service::kStore;
   c.server_name = "the store";
   c.server_host_hint = "rank 0";

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -23,6 +24,11 @@ struct TcpStoreOptions {
   std::string job_id;         // frames carrying another job id are refused (e.g. a restarted
                               // job's previous generation)
   std::string secret;         // clients must present it; empty admits any client of the job id
+  // Server, set: decides instead of `secret` on what a client presents, given the rank its hello
+  // names: "" admits, anything else is the reason for the refusal (net/server.h, ServerOptions).
+  std::function<std::string(const std::string& presented, int rank)> admit;
+  // Client, set: makes what the hello presents instead of `secret`, once per connection.
+  std::function<std::string()> credential;
   int rank = 0;               // this client's rank, for messages and the join report
   int world_size = 1;         // ranks expected to join, for the join report
   // Deadline for the first connection (server not up yet): retries with bounded backoff, logging

@@ -267,6 +267,7 @@ class TcpStoreServer::Impl {
     s.endpoint = o.endpoint;
     s.job_id = o.job_id;
     s.secret = o.secret;
+    s.admit = o.admit;
     s.service = net::Service::kStore;
     s.name = "store";
     s.rank = o.rank;

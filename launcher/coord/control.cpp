@@ -6,6 +6,7 @@
 #include <map>
 #include <sstream>
 
+#include "launcher/coord/munge_auth.h"
 #include "store/prefix_store.h"
 #include "store/tcp_store.h"
 
@@ -17,6 +18,7 @@ using std::chrono::milliseconds;
 
 constexpr const char* kFailedKey = "failed";
 constexpr const char* kJobIdKey = "job_id";
+constexpr const char* kJobSecretKey = "job_secret";  // node 0's proposal, when it made one
 constexpr const char* kAutoRankKey = "auto_rank";  // kAutoNodeRank: node ranks handed out after 0
 constexpr const char* kOverKey = "over";        // node 0 finished: nobody is admitted any more
 constexpr const char* kCurrentKey = "current";  // the newest generation whose members are known
@@ -79,6 +81,13 @@ TcpStoreOptions ControlChannel::store_options(std::chrono::milliseconds connect_
   store.endpoint = options_.endpoint;
   store.job_id = options_.job_id;
   store.secret = options_.secret;
+  if (options_.munge) {
+    std::shared_ptr<const MungeAdmission> munge = options_.munge;
+    store.admit = [munge](const std::string& presented, int node) {
+      return munge->refusal(presented, node);
+    };
+    store.credential = [munge, node = options_.node_rank] { return munge->credential(node); };
+  }
   store.rank = options_.node_rank;
   store.world_size = options_.nnodes;
   store.connect_timeout = connect_timeout;
@@ -144,7 +153,8 @@ std::string ControlChannel::where() const {
 
 ControlChannel::Agreement ControlChannel::rendezvous(const JobDescription& mine,
                                                      const std::vector<env::Endpoint>& local,
-                                                     const std::string& proposed_job_id) {
+                                                     const std::string& proposed_job_id,
+                                                     const std::string& proposed_job_secret) {
   const int me = options_.node_rank;
   const auto deadline = Clock::now() + options_.rendezvous_timeout;
   NodeKeys keys(*store_);
@@ -158,7 +168,11 @@ ControlChannel::Agreement ControlChannel::rendezvous(const JobDescription& mine,
   description_ = mine;
   try {
     if (keys.claims.add(NodeKeys::of(me), 1) > 1) throw duplicate();
+    // Before node 0's description: whoever has read that can read these.
     if (me == 0) store_->set(kJobIdKey, bytes(encode_job_id(proposed_job_id)));
+    if (me == 0 && !proposed_job_secret.empty()) {
+      store_->set(kJobSecretKey, bytes(encode_job_secret(proposed_job_secret)));
+    }
     keys.endpoints.set(NodeKeys::of(me), bytes(encode_endpoints(local)));
     keys.descriptions.set(NodeKeys::of(me), bytes(encode_description(mine)));
 
@@ -206,6 +220,14 @@ ControlChannel::Agreement ControlChannel::rendezvous(const JobDescription& mine,
                 : decode_job_id(text(store_->get(kJobIdKey, options_.heartbeat_timeout)),
                                 "key '" + std::string(kJobIdKey) + "' of the control store at " +
                                     where());
+    if (me == 0) {
+      agreement.job_secret = proposed_job_secret;
+    } else if (store_->check({kJobSecretKey})) {
+      agreement.job_secret =
+          decode_job_secret(text(store_->get(kJobSecretKey, milliseconds(0))),
+                            "key '" + std::string(kJobSecretKey) + "' of the control store at " +
+                                where());
+    }
     return agreement;
   } catch (const StoreError& e) {
     throw ControlError("node " + std::to_string(me) + ": control store at " + where() + ": " +

@@ -60,6 +60,8 @@ struct TcpStoreOptions;
 
 namespace ddl::launcher {
 
+class MungeAdmission;
+
 // ControlOptions::node_rank for a node that has none of its own (torchrun's c10d backend,
 // Paddle's --master without --rank): see ControlChannel's constructor.
 inline constexpr int kAutoNodeRank = -1;
@@ -68,6 +70,9 @@ struct ControlOptions {
   env::Endpoint endpoint;  // node 0's control store
   std::string job_id;      // of the control store (the same on every node)
   std::string secret;      // DDL_JOB_SECRET
+  // Set: the launchers admit each other with munge credentials (launcher/coord/munge_auth.h)
+  // instead of `secret`: every connection presents a fresh one, node 0's store decodes it.
+  std::shared_ptr<const MungeAdmission> munge;
   int node_rank = 0;       // or kAutoNodeRank
   int nnodes = 2;      // the most nodes (elastic: MAX)
   int min_nnodes = 0;  // the fewest (elastic when below nnodes); 0: nnodes, a fixed count
@@ -107,17 +112,21 @@ class ControlChannel {
   ControlChannel& operator=(const ControlChannel&) = delete;
 
   struct Agreement {
-    std::string job_id;  // node 0's proposal
+    std::string job_id;      // node 0's proposal
+    std::string job_secret;  // node 0's proposal; empty when node 0 proposed none
   };
 
-  // Publishes this node's description and endpoints (and, on node 0, `proposed_job_id`) and
+  // Publishes this node's description and endpoints (and, on node 0, `proposed_job_id` and, when
+  // not empty, `proposed_job_secret`: the workers' secret of a job whose launchers were admitted
+  // without one, see ControlOptions::munge) and
   // compares descriptions: with a fixed node count it waits for every node's; elastic, a node
   // compares with node 0's (node 0 compares each node as it joins a generation). Throws
   // ControlError for a mismatch, a second launcher claiming this node rank, a node missing at the
   // deadline, or a lost connection, and RecordError (a ControlError) for a record that cannot be
   // decoded.
   Agreement rendezvous(const JobDescription& mine, const std::vector<env::Endpoint>& local,
-                       const std::string& proposed_job_id);
+                       const std::string& proposed_job_id,
+                       const std::string& proposed_job_secret = {});
 
   // Joins generation `generation` (see the header comment) and returns its membership, once node
   // 0 decided it. A node that arrives late (elastic) waits to be admitted to a later generation,

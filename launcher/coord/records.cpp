@@ -16,6 +16,7 @@ constexpr unsigned long long kMaxLongLong = 9223372036854775807ULL;
 constexpr const char* kDescriptionKind = "job description";
 constexpr const char* kEndpointsKind = "endpoints";
 constexpr const char* kJobIdKind = "job id";
+constexpr const char* kJobSecretKind = "job secret";
 constexpr const char* kFailureKind = "failure";
 constexpr const char* kMembersKind = "members";
 
@@ -155,6 +156,17 @@ std::string decode_job_id(const std::string& text, std::string_view source) {
   std::string id = r.string("job_id");
   if (id.empty()) r.fail("\"job_id\" is empty");
   return id;
+}
+
+std::string encode_job_secret(const std::string& secret) {
+  return to_text(json{{"record", kJobSecretKind}, {"job_secret", secret}});
+}
+
+std::string decode_job_secret(const std::string& text, std::string_view source) {
+  const Reader r(text, kJobSecretKind, source);
+  std::string secret = r.string("job_secret");
+  if (secret.empty()) r.fail("\"job_secret\" is empty");
+  return secret;
 }
 
 std::string FailureRecord::str() const {

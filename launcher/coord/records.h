@@ -3,6 +3,7 @@
 //   {"record":"job description","fields":[["nnodes","2"],["nproc_per_node","4"],...]}
 //   {"record":"endpoints","endpoints":["10.0.0.1:6170","10.0.0.1:6171"]}
 //   {"record":"job id","job_id":"3f9a..."}
+//   {"record":"job secret","job_secret":"9c1e..."}
 //   {"record":"failure","node":1,"rank":3,"exit_code":137,"what":"rank 3 was killed by ..."}
 //   {"record":"members","generation":2,"nodes":[0,2]}
 // ("rank" is absent when no trainer failed). Heartbeats, claims and goodbyes are store counters
@@ -57,6 +58,10 @@ std::vector<env::Endpoint> decode_endpoints(const std::string& text, std::string
 // Node 0's job id (not empty).
 std::string encode_job_id(const std::string& job_id);
 std::string decode_job_id(const std::string& text, std::string_view source);
+
+// Node 0's workers' secret, for launchers admitted without one (not empty).
+std::string encode_job_secret(const std::string& secret);
+std::string decode_job_secret(const std::string& text, std::string_view source);
 
 // The first failure of a job, as stored under "failed".
 struct FailureRecord {

@@ -20,6 +20,11 @@ Identity choose_identity(const IdentityRequest& request) {
   if (request.nnodes < 2) {
     return {IdentityMode::kSingleNode, request.caller_secret.value_or(random_hex(kJobSecretBytes))};
   }
+  const bool static_job =
+      request.listed_hosts || (request.paddle_static && !request.caller_secret);
+  if (!request.caller_secret && !static_job && request.slurm_job && !request.slurm_job->empty()) {
+    return {IdentityMode::kMunge, random_hex(kJobSecretBytes)};
+  }
   if (!request.caller_secret && request.require_secret) {
     throw PlanError("a job of " + std::to_string(request.nnodes) + " nodes (from " +
                     request.source + ") needs the same " + env::kJobSecret +
@@ -29,7 +34,7 @@ Identity choose_identity(const IdentityRequest& request) {
                     kMakeSecret + " (srun passes the caller's environment on; mpirun needs -x " +
                     env::kJobSecret + " on other machines)");
   }
-  if (request.listed_hosts || (request.paddle_static && !request.caller_secret)) {
+  if (static_job) {
     return {IdentityMode::kStatic, request.caller_secret.value_or("")};
   }
   if (request.caller_secret) return {IdentityMode::kControlStore, *request.caller_secret};
@@ -65,6 +70,7 @@ std::string without_secret_notice(IdentityMode mode, const std::string& control_
              kMakeSecret + " (" + env::kRequireSecret + "=1 makes the secret required)";
     case IdentityMode::kSingleNode:
     case IdentityMode::kControlStore:
+    case IdentityMode::kMunge:
       break;
   }
   return "";

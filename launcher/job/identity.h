@@ -13,8 +13,10 @@
 //   --rdzv_endpoint, Paddle 2.x's --master, mpirun, Slurm): as torchrun runs them, the control
 //   store and the workers' stores with an empty secret, so anyone who reaches their ports can join.
 // - --require_secret, or DDL_REQUIRE_SECRET=1: a multi-node job without the secret is refused.
-// A further source of authentication (e.g. Slurm's munge) is one more mode and one more branch of
-// choose_identity().
+// - Inside a Slurm job without it: munge credentials admit the launchers to node 0's control
+//   store (Slurm's munged shares one key across the cluster), and node 0's random secret reaches
+//   the other nodes' workers through that store (launcher/coord/munge_auth.h). This satisfies
+//   --require_secret too.
 #pragma once
 
 #include <optional>
@@ -29,6 +31,8 @@ enum class IdentityMode {
   kControlStore,      // several nodes, DDL_JOB_SECRET: node 0's authenticated control store
   kOpenControlStore,  // several nodes, no secret: the same, unauthenticated (torchrun's way)
   kStatic,            // Paddle's static spellings: no control store; the caller's secret or none
+  kMunge,  // several nodes under Slurm, no secret: munge admits the launchers to the control
+           // store, node 0's random secret (this one, on node 0) reaches the others through it
 };
 
 // What the decision reads: the job's shape and the caller's wishes.
@@ -39,6 +43,7 @@ struct IdentityRequest {
   std::optional<std::string> caller_secret;  // DDL_JOB_SECRET, when set and not empty
   bool require_secret = false;               // --require_secret or DDL_REQUIRE_SECRET
   std::string source;                        // how the nodes were given, for the refusal
+  std::optional<std::string> slurm_job;      // SLURM_JOB_ID, when launch runs in a Slurm job
 };
 
 struct Identity {

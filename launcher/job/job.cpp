@@ -14,11 +14,13 @@
 #include <set>
 #include <vector>
 
+#include "env/slurm.h"
 #include "launcher/cluster/generation.h"
 #include "launcher/cluster/plan.h"
 #include "launcher/cluster/static_job.h"
 #include "launcher/cluster/topology.h"
 #include "launcher/coord/control.h"
+#include "launcher/coord/munge_auth.h"
 #include "launcher/job/identity.h"
 #include "launcher/job/job_config.h"
 #include "launcher/report/run_report.h"
@@ -114,14 +116,48 @@ void use_membership(const Membership& membership, PlanInputs& inputs) {
                 membership.generation.index(), nodes, membership.position);
 }
 
+// The control store's job id: the same on every node.
+std::string control_job_id(const std::optional<std::string>& caller_job_id) {
+  return caller_job_id ? *caller_job_id + "/control" : "ddl-control";
+}
+
+// Under Slurm without DDL_JOB_SECRET (IdentityMode::kMunge), the launchers admit each other with
+// munge credentials: Slurm's munged shares one key across the cluster, so a credential node 0's
+// munged decodes comes from this cluster, and its payload binds it to this Slurm job and control
+// store. The workers' secret then comes from node 0 through that store. Throws PlanError when
+// munged cannot be reached.
+std::shared_ptr<const MungeAdmission> munge_admission(
+    const NodeTopology& topology, const env::EnvMap& env,
+    const std::optional<std::string>& caller_job_id) {
+  const std::string slurm_job = env::lookup(env, env::kSlurmJobId).value_or("");
+  MungeClient client(find_munge_socket(env));
+  try {
+    client.encode("");  // munged answers: the others' credentials can be checked too
+  } catch (const MungeError& e) {
+    throw PlanError("a job of " + std::to_string(topology.nnodes) + " nodes (from " +
+                    topology.source + ") without " + env::kJobSecret +
+                    " admits its launchers with munge credentials, but munge cannot be used: " +
+                    e.what() + ". Set " + env::kMungeSocket + " to munged's socket, or the same " +
+                    env::kJobSecret + " on every node");
+  }
+  spdlog::info("no {}: the launchers of Slurm job {} admit each other with munge credentials "
+               "({}); node 0 hands out the workers' secret",
+               env::kJobSecret, slurm_job, client.where());
+  return std::make_shared<const MungeAdmission>(
+      std::move(client),
+      "slurm job " + slurm_job + ", control store '" + control_job_id(caller_job_id) + "'");
+}
+
 // How this node reaches node 0's control store; says which node this is.
 ControlOptions control_options_for(const LaunchOptions& options, const NodeTopology& topology,
                                    const std::optional<std::string>& caller_job_id,
-                                   const std::string& secret) {
+                                   const std::string& secret,
+                                   std::shared_ptr<const MungeAdmission> munge) {
   ControlOptions control_options;
   control_options.endpoint = topology.control;
-  control_options.job_id = caller_job_id ? *caller_job_id + "/control" : "ddl-control";
-  control_options.secret = secret;
+  control_options.job_id = control_job_id(caller_job_id);
+  control_options.secret = munge ? std::string() : secret;
+  control_options.munge = std::move(munge);
   control_options.node_rank = topology.node_rank;
   control_options.nnodes = topology.nnodes;
   control_options.min_nnodes = topology.min_nnodes;
@@ -184,25 +220,35 @@ void log_agreement(const JobConfig& config, const NodeTopology& topology,
   }
 }
 
-// Joins the other nodes through node 0's control store (admitting holders of `secret`, or anyone
-// when it is empty); fills the job id, the endpoints and the first generation this node runs (a
-// later one for a node admitted into a running elastic job).
+// Joins the other nodes through node 0's control store (admitting holders of `secret`, anyone
+// when it is empty, or, with `by_munge`, launchers with a munge credential of this Slurm job);
+// fills the job id, the endpoints and the first generation this node runs (a later one for a
+// node admitted into a running elastic job), and, by munge, the workers' secret (node 0's).
 std::unique_ptr<ControlChannel> form_multi_node_job(const LaunchOptions& options,
                                                     const JobConfig& config, NodeTopology& topology,
                                                     const std::optional<std::string>& caller_job_id,
-                                                    const std::string& secret,
+                                                    const std::string& secret, bool by_munge,
                                                     std::string& job_id, PlanInputs& inputs,
                                                     Generation& first,
                                                     std::shared_ptr<ExternalStop> stop) {
+  std::shared_ptr<const MungeAdmission> munge =
+      by_munge ? munge_admission(topology, inputs.caller_env, caller_job_id) : nullptr;
   auto control = std::make_unique<ControlChannel>(
-      control_options_for(options, topology, caller_job_id, secret));
+      control_options_for(options, topology, caller_job_id, secret, std::move(munge)));
   topology.node_rank = control->node_rank();
 
   try {
     const std::vector<env::Endpoint> local = published_endpoints(options, config, topology);
-    const ControlChannel::Agreement agreement =
-        control->rendezvous(describe_job(options, topology), local, job_id);
+    const ControlChannel::Agreement agreement = control->rendezvous(
+        describe_job(options, topology), local, job_id, by_munge ? inputs.job_secret : "");
     job_id = agreement.job_id;
+    if (by_munge) {
+      if (agreement.job_secret.empty()) {
+        throw ControlError("node 0 published no workers' secret; is it started with " +
+                           std::string(env::kJobSecret) + " while this node is not?");
+      }
+      inputs.job_secret = agreement.job_secret;
+    }
     // Heartbeats from here on: node 0 must not take this node for lost while it waits for the
     // first generation (a node admitted late into an elastic job may wait long).
     control->watch(std::move(stop));
@@ -316,7 +362,8 @@ class JobRun {
       plan_static_job();
     } else if (topology_.multi_node()) {
       control_ = form_multi_node_job(options_, config_, topology_, caller_job_id_,
-                                     identity_.secret, job_id_, inputs_, first_generation_, stop_);
+                                     identity_.secret, identity_.mode == IdentityMode::kMunge,
+                                     job_id_, inputs_, first_generation_, stop_);
     }
     inputs_.job_id = job_id_;
     choose_error_file_dir();
@@ -360,6 +407,7 @@ class JobRun {
     request.caller_secret = non_empty(context_.caller_env, env::kJobSecret);
     request.require_secret = options_.require_secret || secret_required_by(context_.caller_env);
     request.source = listed ? std::string("--servers/--workers") : topology_.source;
+    request.slurm_job = non_empty(context_.caller_env, env::kSlurmJobId);
     identity_ = choose_identity(request);
     // A restart of this node alone would leave the other nodes' workers behind (a local restart
     // cannot restart them), so a static job of Paddle's node list does not restart.

@@ -8,7 +8,10 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <stdexcept>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "tests/support/bytes.h"
 #include "net/client.h"
@@ -173,6 +176,59 @@ TEST(Transport, AWrongSecretIsRefused) {
   ClientOptions o = client_options(server.port());
   o.secret = "guess";
   EXPECT_THROW(FramedClient client(o), RefusedError);
+}
+
+// An admission hook decides instead of the secret, on what each hello presents and the rank it
+// names; the client's credential function makes what it presents, once per connection.
+TEST(Transport, AnAdmissionHookDecidesOnEachHello) {
+  ServerOptions so = server_options();
+  std::vector<std::pair<std::string, int>> seen;
+  so.admit = [&seen](const std::string& presented, int rank) -> std::string {
+    seen.emplace_back(presented, rank);  // the server thread; read after the clients are done
+    if (presented == "boom") throw std::runtime_error("cannot decide");
+    return presented == "ticket-" + std::to_string(rank) ? "" : "no ticket for rank " +
+                                                                    std::to_string(rank);
+  };
+  FramedServer server(so, [](boost::asio::io_context& io) {
+    return std::make_unique<EchoService>(io);
+  });
+  ClientOptions co = client_options(server.port());
+  int made = 0;
+  co.credential = [&made] {
+    ++made;
+    return std::string("ticket-3");
+  };
+  {
+    FramedClient admitted(co);
+    EXPECT_EQ(admitted.request(kEcho, bytes("in"), milliseconds(0), {kReply}, "echo").payload,
+              bytes("in"));
+  }
+  EXPECT_EQ(made, 1) << "one credential per connection";
+  co.secret = "sesame";
+  co.credential = [] { return std::string("ticket-2"); };
+  try {
+    FramedClient refused(co);
+    FAIL() << "a ticket for another rank was admitted";
+  } catch (const RefusedError& e) {
+    EXPECT_NE(std::string(e.what()).find("no ticket for rank 3"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find("DDL_JOB_SECRET"), std::string::npos)
+        << "a credential's refusal does not point at the secret: " << e.what();
+  }
+  co.credential = nullptr;  // the right secret is not what the hook asks for
+  EXPECT_THROW(FramedClient plain(co), RefusedError);
+  co.credential = [] { return std::string("boom"); };
+  try {
+    FramedClient failing(co);
+    FAIL() << "a hook that threw admitted the client";
+  } catch (const RefusedError& e) {
+    EXPECT_NE(std::string(e.what()).find("admission failed: cannot decide"), std::string::npos)
+        << e.what();
+  }
+  ASSERT_TRUE(testing::wait_until([&] { return server.dropped_connections() == 3; },
+                                  milliseconds(2000)));
+  ASSERT_EQ(seen.size(), 4u);
+  EXPECT_EQ(seen[0], std::make_pair(std::string("ticket-3"), 3));
+  EXPECT_EQ(seen[2], std::make_pair(std::string("sesame"), 3));
 }
 
 TEST(Transport, AnUnknownServiceOpDropsOnlyThatConnection) {
