@@ -483,10 +483,12 @@ void parse_started_port(const GivenFlags& r, bool ps_job, LaunchOptions& o) {
   // heter workers.
   const int per_node =
       ps_job ? o.server_num + o.worker_num + o.heter_per_node() : o.nproc_per_node;
-  const std::string what =
-      ps_job ? std::to_string(o.server_num) + " servers, " + std::to_string(o.worker_num) +
-                   " trainers and " + std::to_string(o.heter_per_node()) + " heter workers"
-             : std::to_string(o.nproc_per_node) + " workers";
+  const std::string heter =
+      o.heter.empty() ? "" : " and " + std::to_string(o.heter_per_node()) + " heter workers";
+  const std::string what = ps_job ? std::to_string(o.server_num) + " servers" +
+                                        (heter.empty() ? " and " : ", ") +
+                                        std::to_string(o.worker_num) + " trainers" + heter
+                                  : std::to_string(o.nproc_per_node) + " workers";
   if (*o.started_port + per_node - 1 > 65535) {
     bad_value(
         "started_port", v,
