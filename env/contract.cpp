@@ -103,14 +103,35 @@ std::string join_endpoints(const std::vector<Endpoint>& endpoints) {
   return out;
 }
 
-std::string role_value(Role role) { return role == Role::kServer ? "PSERVER" : "TRAINER"; }
+std::string role_value(Role role) {
+  switch (role) {
+    case Role::kServer:
+      return "PSERVER";
+    case Role::kHeterTrainer:
+      return "HETER_TRAINER";
+    case Role::kTrainer:
+      break;
+  }
+  return "TRAINER";
+}
 
-std::string role_noun(Role role) { return role == Role::kServer ? "server" : "trainer"; }
+std::string role_noun(Role role) {
+  switch (role) {
+    case Role::kServer:
+      return "server";
+    case Role::kHeterTrainer:
+      return "heter worker";
+    case Role::kTrainer:
+      break;
+  }
+  return "trainer";
+}
 
 Role parse_role(std::string_view text, std::string_view what) {
   if (text == "TRAINER") return Role::kTrainer;
   if (text == "PSERVER") return Role::kServer;
-  fail(what, text, "expected TRAINER or PSERVER");
+  if (text == "HETER_TRAINER") return Role::kHeterTrainer;
+  fail(what, text, "expected TRAINER, PSERVER or HETER_TRAINER");
 }
 
 Role role_of(const EnvMap& env) {
@@ -146,6 +167,58 @@ std::string source_name(WorkerContract::Source source) {
   return "launch";
 }
 
+namespace {
+
+// The heter stages against heter_endpoints and this process's stage (see WorkerContract).
+template <class Bad>
+void validate_stages(const WorkerContract& c, Bad bad) {
+  if (c.heter_stages.empty()) return;
+  std::vector<Endpoint> joined;
+  for (const HeterStage& s : c.heter_stages) {
+    if (s.endpoints.empty()) bad("a heter stage without workers");
+    joined.insert(joined.end(), s.endpoints.begin(), s.endpoints.end());
+  }
+  if (joined != c.heter_endpoints) {
+    bad(std::string("the heter stages' endpoints are not ") + kAllHeterEndpoints + "=" +
+        join_endpoints(c.heter_endpoints));
+  }
+  const int stages = static_cast<int>(c.heter_stages.size()) + 1;
+  if (c.role == Role::kTrainer && c.stage != 1) bad("a trainer is in stage 1");
+  if (c.role == Role::kHeterTrainer) {
+    if (c.stage < 2 || c.stage > stages) {
+      bad(std::string(kStageId) + "=" + std::to_string(c.stage) + " must be in [2, " +
+          std::to_string(stages) + "]");
+    }
+    const auto& own = c.heter_stages[static_cast<std::size_t>(c.stage - 2)].endpoints;
+    if (std::find(own.begin(), own.end(), c.current) == own.end()) {
+      bad(std::string(kCurrentEndpoint) + "=" + quote(c.current.str()) + " is not in stage " +
+          std::to_string(c.stage));
+    }
+  }
+}
+
+// The stage variables of a trainer (stage 1) or heter worker (see WorkerContract::heter_stages).
+void write_stages(const WorkerContract& c, EnvMap& env) {
+  const int stages = static_cast<int>(c.heter_stages.size()) + 1;
+  // Stage k's endpoints; stage 1 is the trainers, stage 0 and stages+1 none.
+  auto stage_list = [&](int k) -> std::string {
+    if (k == 1) return join_endpoints(c.endpoints);
+    if (k < 1 || k > stages) return "";
+    return join_endpoints(c.heter_stages[static_cast<std::size_t>(k - 2)].endpoints);
+  };
+  std::string counts = "[" + std::to_string(c.world_size);
+  for (const HeterStage& s : c.heter_stages) counts += ", " + std::to_string(s.endpoints.size());
+  env[kStageTrainersNum] = counts + "]";  // str() of a Python list, as Paddle writes it
+  env[kStageId] = std::to_string(c.stage);
+  env[kStageNum] = std::to_string(stages);
+  env[kPreviousHeterEndpoints] = stage_list(c.stage - 1);
+  env[kNextHeterEndpoints] = stage_list(c.stage + 1);
+  env[kHeterDeviceType] =
+      c.stage == 1 ? std::string("cpu") : c.heter_stages[static_cast<std::size_t>(c.stage - 2)].device;
+}
+
+}  // namespace
+
 void WorkerContract::validate() const {
   auto bad = [](const std::string& msg) { throw EnvError("inconsistent worker contract: " + msg); };
   if (source != Source::kLaunch) {
@@ -167,23 +240,32 @@ void WorkerContract::validate() const {
     return;
   }
   const bool server = role == Role::kServer;
+  const bool heter = role == Role::kHeterTrainer;
   if (world_size < 1) bad(std::string(kTrainersNum) + "=" + std::to_string(world_size) + " must be >= 1");
   if (static_cast<int>(endpoints.size()) != world_size) {
     bad(std::string(kTrainerEndpoints) + " has " + std::to_string(endpoints.size()) +
         " endpoints but " + kTrainersNum + "=" + std::to_string(world_size));
   }
-  // The processes of this role: the trainers' list, or the servers'.
-  const std::vector<Endpoint>& peers = server ? server_endpoints : endpoints;
-  const char* peers_name = server ? kPserverEndpoints : kTrainerEndpoints;
+  // The processes of this role: the trainers' list, the servers' or the heter workers'.
+  const std::vector<Endpoint>& peers = server ? server_endpoints : heter ? heter_endpoints : endpoints;
+  const char* peers_name = server ? kPserverEndpoints : heter ? kAllHeterEndpoints : kTrainerEndpoints;
   const int peer_count = static_cast<int>(peers.size());
-  if (server && server_endpoints.empty()) {
-    bad(std::string("a server (") + kTrainingRole + "=" + role_value(role) + ") needs " +
-        kPserverEndpoints);
+  if ((server || heter) && server_endpoints.empty()) {
+    bad(std::string("a ") + role_noun(role) + " (" + kTrainingRole + "=" + role_value(role) +
+        ") needs " + kPserverEndpoints);
+  }
+  if (heter && heter_endpoints.empty()) {
+    bad(std::string("a heter worker (") + kTrainingRole + "=" + role_value(role) + ") needs " +
+        kAllHeterEndpoints);
+  }
+  if (!heter_endpoints.empty() && server_endpoints.empty()) {
+    bad(std::string(kAllHeterEndpoints) + " is set in a job without servers");
   }
   if (rank < 0 || rank >= peer_count) {
-    bad(std::string(server ? "server index " : std::string(kTrainerId) + "=") +
+    bad(std::string(server ? "server index " : heter ? "heter worker index " : std::string(kTrainerId) + "=") +
         std::to_string(rank) + " must be in [0, " + std::to_string(peer_count) + ")");
   }
+  validate_stages(*this, bad);
   if (peers[rank] != current) {
     bad(std::string(kCurrentEndpoint) + "=" + quote(current.str()) + " is not entry " +
         std::to_string(rank) + " of " + peers_name + " (" + quote(peers[rank].str()) + ")");
@@ -226,7 +308,8 @@ EnvMap to_env(const WorkerContract& c) {
   if (c.source != WorkerContract::Source::kLaunch) {
     throw EnvError("a contract from " + source_name(c.source) + " cannot be written as variables");
   }
-  const bool server = c.role == Role::kServer;
+  // Servers and heter workers are not trainers: no trainer id, no torchrun variables.
+  const bool server = c.role != Role::kTrainer;
   EnvMap env;
   if (!server) env[kTrainerId] = std::to_string(c.rank);
   env[kTrainersNum] = std::to_string(c.world_size);
@@ -234,13 +317,15 @@ EnvMap to_env(const WorkerContract& c) {
   env[kTrainerEndpoints] = join_endpoints(c.endpoints);
   if (!c.server_endpoints.empty()) {
     set_role(env, c.role);
+    env[kPaddleRole] = role_value(c.role);
     set_server_endpoints(env, c.server_endpoints);
-  }
-  if (c.gpu) env[kSelectedGpus] = std::to_string(*c.gpu);
-  if (server) {
     env[kServerPort] = std::to_string(c.current.port);
     env[kPodIp] = c.current.host;
   }
+  if (!c.heter_endpoints.empty()) env[kAllHeterEndpoints] = join_endpoints(c.heter_endpoints);
+  if (!c.heter_stages.empty() && c.role != Role::kServer) write_stages(c, env);
+  if (c.gpu) env[kSelectedGpus] = std::to_string(*c.gpu);
+  if (server) env[kPaddleNnodes] = std::to_string(c.nnodes);
   if (!server) {
     env[kRank] = std::to_string(c.rank);
     env[kLocalRank] = std::to_string(c.local_rank);
@@ -292,8 +377,12 @@ std::optional<WorkerContract> from_env(const EnvMap& env) {
   if (!id && !num && !cur && !eps) return std::nullopt;
   WorkerContract c;
   c.role = role_of(env);
-  const bool server = c.role == Role::kServer;
+  const bool heter = c.role == Role::kHeterTrainer;
+  const bool server = c.role != Role::kTrainer;  // a server or a heter worker (see below)
   c.server_endpoints = server_endpoints_of(env);
+  if (const auto all = lookup(env, kAllHeterEndpoints); all && !all->empty()) {
+    c.heter_endpoints = parse_endpoint_list(*all, kAllHeterEndpoints);
+  }
   auto require = [&](const char* name, const std::optional<std::string>& value) {
     if (value) return;
     if (server) {
@@ -312,18 +401,21 @@ std::optional<WorkerContract> from_env(const EnvMap& env) {
   require(kCurrentEndpoint, cur);
   require(kTrainerEndpoints, eps);
   if (server) require(kPserverEndpoints, lookup(env, kPserverEndpoints));
+  if (heter) require(kAllHeterEndpoints, lookup(env, kAllHeterEndpoints));
   c.world_size = parse_non_negative_int(*num, kTrainersNum);
   if (c.world_size < 1) fail(kTrainersNum, *num, "expected a world size >= 1");
   c.current = parse_endpoint(*cur, kCurrentEndpoint);
   c.endpoints = parse_endpoint_list(*eps, kTrainerEndpoints);
   if (server) {
-    const auto it = std::find(c.server_endpoints.begin(), c.server_endpoints.end(), c.current);
-    if (it == c.server_endpoints.end()) {
+    const std::vector<Endpoint>& own = heter ? c.heter_endpoints : c.server_endpoints;
+    const char* own_name = heter ? kAllHeterEndpoints : kPserverEndpoints;
+    const auto it = std::find(own.begin(), own.end(), c.current);
+    if (it == own.end()) {
       fail(kCurrentEndpoint, *cur,
-           "a server's endpoint must be one of " + std::string(kPserverEndpoints) + "=" +
-               quote(join_endpoints(c.server_endpoints)));
+           "a " + role_noun(c.role) + "'s endpoint must be one of " + std::string(own_name) +
+               "=" + quote(join_endpoints(own)));
     }
-    c.rank = static_cast<int>(it - c.server_endpoints.begin());
+    c.rank = static_cast<int>(it - own.begin());
     if (const auto port = lookup(env, kServerPort)) {
       if (*port != std::to_string(c.current.port)) {
         fail(kServerPort, *port,
@@ -351,7 +443,8 @@ std::optional<WorkerContract> from_env(const EnvMap& env) {
   }
   // Local placement: from torchrun's variables when present (trainers only), else derived from
   // the endpoints of this role that share this process's host.
-  const std::vector<Endpoint>& peers = server ? c.server_endpoints : c.endpoints;
+  const std::vector<Endpoint>& peers =
+      heter ? c.heter_endpoints : server ? c.server_endpoints : c.endpoints;
   const auto lr = server ? std::nullopt : lookup(env, kLocalRank);
   const auto lws = server ? std::nullopt : lookup(env, kLocalWorldSize);
   if (lr) {

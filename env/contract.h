@@ -29,12 +29,25 @@ inline constexpr const char* kTrainerEndpoints = "PADDLE_TRAINER_ENDPOINTS"; // 
 inline constexpr const char* kSelectedGpus = "FLAGS_selected_gpus";          // this rank's GPU id
 // Paddle's parameter-server mode: each process's role and the servers' endpoints. Written only for
 // a job that has servers (Paddle's collective launch sets neither; its ps launch sets both).
-inline constexpr const char* kTrainingRole = "TRAINING_ROLE";                // TRAINER | PSERVER
+inline constexpr const char* kTrainingRole = "TRAINING_ROLE";  // TRAINER|PSERVER|HETER_TRAINER
+// Paddle 2.x's ps controller names the role again under this name (same values).
+inline constexpr const char* kPaddleRole = "PADDLE_ROLE";
 inline constexpr const char* kPserverEndpoints = "PADDLE_PSERVERS_IP_PORT_LIST";  // all servers
-// A server's own address, split as Paddle's parameter-server launcher gives it: written for a
-// server only, always equal to the two halves of its PADDLE_CURRENT_ENDPOINT.
-inline constexpr const char* kServerPort = "PADDLE_PORT";  // this server's port
-inline constexpr const char* kPodIp = "POD_IP";            // this server's host
+// A process's own address, split as Paddle's parameter-server launchers give it: written for
+// every process of a parameter-server job (fleet and 2.x give trainers their own too), always
+// equal to the two halves of its PADDLE_CURRENT_ENDPOINT. Only a server reads them back.
+inline constexpr const char* kServerPort = "PADDLE_PORT";  // this process's port
+inline constexpr const char* kPodIp = "POD_IP";            // this process's host
+// A heterogeneous parameter-server job (the fleet launcher's --heter_worker_num/--heter_workers):
+// a third role, HETER_TRAINER, in stages 2..STAGE_NUM after the CPU trainers (stage 1).
+inline constexpr const char* kAllHeterEndpoints = "PADDLE_ALL_HETER_TRAINER_IP_PORT_LIST";
+inline constexpr const char* kPreviousHeterEndpoints = "PADDLE_PREVIOUS_HETER_TRAINER_IP_PORT_LIST";
+inline constexpr const char* kNextHeterEndpoints = "PADDLE_NEXT_HETER_TRAINER_IP_PORT_LIST";
+inline constexpr const char* kHeterDeviceType = "HETER_DEVICE_TYPE";  // this stage's device
+inline constexpr const char* kStageId = "STAGE_ID";                   // 1: the trainers
+inline constexpr const char* kStageNum = "STAGE_NUM";                 // 1 + heter stages
+// Every stage's process count as a Python list, "[2, 1]" (the trainers' first).
+inline constexpr const char* kStageTrainersNum = "PADDLE_STAGE_TRAINERS_NUM";
 // torchrun's contract, so PyTorch-style programs run unchanged.
 inline constexpr const char* kRank = "RANK";
 inline constexpr const char* kLocalRank = "LOCAL_RANK";
@@ -143,17 +156,27 @@ std::string join_endpoints(const std::vector<Endpoint>& endpoints);
 // quoting `what` and the text.
 int parse_non_negative_int(std::string_view text, std::string_view what);
 
-// What a launched process is in its job: a trainer (every process of a collective job) or a
-// parameter server.
-enum class Role { kTrainer, kServer };
+// What a launched process is in its job: a trainer (every process of a collective job), a
+// parameter server, or a heter worker (a heterogeneous parameter-server job's later stages).
+enum class Role { kTrainer, kServer, kHeterTrainer };
 
-// TRAINING_ROLE's value for `role`: "TRAINER" or "PSERVER".
+// TRAINING_ROLE's value for `role`: "TRAINER", "PSERVER" or "HETER_TRAINER".
 std::string role_value(Role role);
-// Parses TRAINING_ROLE's value (exactly "TRAINER" or "PSERVER"). Throws EnvError quoting `what`
-// and the text.
+// Parses TRAINING_ROLE's value (exactly one of role_value's). Throws EnvError quoting `what` and
+// the text.
 Role parse_role(std::string_view text, std::string_view what);
-// The role named in messages and log file names: "trainer" or "server".
+// The role named in messages: "trainer", "server" or "heter worker".
 std::string role_noun(Role role);
+
+// One stage of heter workers (stage 2, 3, ...): its device type as the user named it ("gpu",
+// "xpu", "cpu") and its workers' endpoints.
+struct HeterStage {
+  std::string device;
+  std::vector<Endpoint> endpoints;
+  bool operator==(const HeterStage& o) const {
+    return device == o.device && endpoints == o.endpoints;
+  }
+};
 
 // --- The contract -------------------------------------------------------------------------------
 // Everything one worker is told about its place in the job.
@@ -162,7 +185,9 @@ std::string role_noun(Role role);
 // `server_endpoints` lists the job's servers (empty in a collective job). For a server `rank` is
 // its index among the servers and `current` is server_endpoints[rank]; world_size and endpoints
 // still describe the trainers, local_rank/local_world_size count this node's servers, and
-// torchrun's variables (which know no servers) are not written.
+// torchrun's variables (which know no servers) are not written. A heter worker is like a server
+// with heter_endpoints in place of server_endpoints (its rank is its index among all heter
+// workers, stage order).
 struct WorkerContract {
   // Who wrote the contract: `launch` (the whole contract below), or a scheduler that started the
   // worker itself (env/scheduler.h: Slurm's srun, Open MPI's mpirun). A scheduler's contract
@@ -183,8 +208,17 @@ struct WorkerContract {
   std::chrono::milliseconds rendezvous_timeout = kDefaultRendezvousTimeout;
   int restart_count = 0;
   // PADDLE_PSERVERS_IP_PORT_LIST: every server's endpoint; empty in a collective job. Required
-  // (non-empty) for a server.
+  // (non-empty) for a server and a heter worker.
   std::vector<Endpoint> server_endpoints;
+  // PADDLE_ALL_HETER_TRAINER_IP_PORT_LIST: every heter worker, stage order; empty unless the job
+  // has heter workers. Required for a heter worker (its index is its position here).
+  std::vector<Endpoint> heter_endpoints;
+  // The heter stages 2.. in order (their endpoints joined are heter_endpoints) and this process's
+  // stage (1 for a trainer). Written as the stage variables (STAGE_ID, STAGE_NUM, HETER_DEVICE_TYPE,
+  // PADDLE_PREVIOUS/NEXT_HETER_TRAINER_IP_PORT_LIST, PADDLE_STAGE_TRAINERS_NUM) for trainers and
+  // heter workers; not read back (from_env leaves them empty).
+  std::vector<HeterStage> heter_stages;
+  int stage = 1;
 
   // The job around a trainer, as torchrun and Paddle 2.x describe it. Written for programs that
   // read them; our runtime does not read them back.
@@ -210,11 +244,13 @@ struct WorkerContract {
 std::string source_name(WorkerContract::Source source);
 
 // The variables that carry `c`: Paddle's (1.8 and 2.x), torchrun's and ours. Validates first;
-// only a contract from `launch` can be written (EnvError otherwise). TRAINING_ROLE and
-// PADDLE_PSERVERS_IP_PORT_LIST are written only when the job has servers (`server_endpoints` not
-// empty), so a collective job's environment is exactly Paddle's collective one. A server gets no
-// PADDLE_TRAINER_ID and no torchrun variables, and it alone gets PADDLE_PORT and POD_IP (its own
-// port and host).
+// only a contract from `launch` can be written (EnvError otherwise). TRAINING_ROLE, PADDLE_ROLE,
+// PADDLE_PSERVERS_IP_PORT_LIST, PADDLE_PORT and POD_IP (the process's own port and host) are
+// written only when the job has servers (`server_endpoints` not empty), so a collective job's
+// environment is exactly Paddle's collective one. A server or heter worker gets no
+// PADDLE_TRAINER_ID and no torchrun variables, but PADDLE_NNODES. A job with heter workers adds
+// PADDLE_ALL_HETER_TRAINER_IP_PORT_LIST for every process and, with `heter_stages`, the stage
+// variables for trainers and heter workers.
 EnvMap to_env(const WorkerContract& c);
 
 // Reads a contract back from `env`.
@@ -222,7 +258,8 @@ EnvMap to_env(const WorkerContract& c);
 // - A partial or inconsistent contract: throws EnvError naming the variable and its value.
 // Paddle's variables are the contract; torchrun's are written for other programs, not read.
 // TRAINING_ROLE unset means a trainer. A server's index is its PADDLE_CURRENT_ENDPOINT's position
-// in PADDLE_PSERVERS_IP_PORT_LIST (as Paddle's role maker finds it). A server's PADDLE_PORT and
+// in PADDLE_PSERVERS_IP_PORT_LIST (as Paddle's role maker finds it), a heter worker's its position
+// in PADDLE_ALL_HETER_TRAINER_IP_PORT_LIST. A server's PADDLE_PORT and
 // POD_IP are optional; when set, each must agree with PADDLE_CURRENT_ENDPOINT (else EnvError
 // quoting both). A trainer ignores them (Kubernetes, for one, sets POD_IP for every process).
 std::optional<WorkerContract> from_env(const EnvMap& env);

@@ -432,11 +432,20 @@ class PsReplicas : public Replicas {
     client_->save(position_text(position));
   }
 
-  void finish() override { client_->finish(); }
+  // Closes the connections as soon as every trainer is done: each server then returns from
+  // run() and writes its summary while this trainer still scores the test set, so `launch`,
+  // which stops servers still running once every trainer has exited (as Paddle's launchers),
+  // finds them gone.
+  void finish() override {
+    client_->finish();
+    stats_ = client_->stats();
+    servers_ = client_->servers();
+    client_.reset();
+  }
 
   void describe(nlohmann::json& summary) const override {
-    const ps::ClientStats s = client_->stats();
-    summary["servers"] = client_->servers();
+    const ps::ClientStats s = client_ ? client_->stats() : stats_;
+    summary["servers"] = client_ ? client_->servers() : servers_;
     summary["server_version"] = s.version;
     summary["staleness_mean"] = s.staleness_mean;
     summary["staleness_max"] = s.staleness_max;
@@ -449,7 +458,9 @@ class PsReplicas : public Replicas {
   bool save_enabled_;
   bool resumed_ = false;
   MnistNet& model_;
-  std::unique_ptr<ps::ParameterClient> client_;
+  std::unique_ptr<ps::ParameterClient> client_;  // null after finish()
+  ps::ClientStats stats_;                         // as finish() left them
+  int servers_ = 0;
 };
 
 // True for a parameter-server job (the launcher gave this process a server list). Checks --mode

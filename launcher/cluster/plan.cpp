@@ -1,6 +1,7 @@
 #include "launcher/cluster/plan.h"
 
 #include <algorithm>
+#include <map>
 #include <random>
 #include <set>
 #include <sstream>
@@ -8,21 +9,28 @@
 namespace ddl::launcher {
 namespace {
 
-// The distinct hosts of `a` then `b`, in order of first appearance.
-std::vector<std::string> hosts_in_order(const std::vector<env::Endpoint>& a,
-                                        const std::vector<env::Endpoint>& b) {
+// Every endpoint of explicit lists: the servers, the trainers, then the heter workers.
+std::vector<env::Endpoint> listed_endpoints(const JobConfig& config) {
+  std::vector<env::Endpoint> all = config.servers;
+  all.insert(all.end(), config.workers.begin(), config.workers.end());
+  for (const JobConfig::HeterStage& stage : config.heter) {
+    all.insert(all.end(), stage.endpoints.begin(), stage.endpoints.end());
+  }
+  return all;
+}
+
+// The distinct hosts of `endpoints`, in order of first appearance.
+std::vector<std::string> hosts_in_order(const std::vector<env::Endpoint>& endpoints) {
   std::vector<std::string> hosts;
-  for (const auto* list : {&a, &b}) {
-    for (const env::Endpoint& e : *list) {
-      if (std::find(hosts.begin(), hosts.end(), e.host) == hosts.end()) hosts.push_back(e.host);
-    }
+  for (const env::Endpoint& e : endpoints) {
+    if (std::find(hosts.begin(), hosts.end(), e.host) == hosts.end()) hosts.push_back(e.host);
   }
   return hosts;
 }
 
-std::string join_hosts(const std::vector<env::Endpoint>& a, const std::vector<env::Endpoint>& b) {
+std::string join_hosts(const std::vector<env::Endpoint>& endpoints) {
   std::string out;
-  for (const std::string& h : hosts_in_order(a, b)) out += (out.empty() ? "" : ",") + h;
+  for (const std::string& h : hosts_in_order(endpoints)) out += (out.empty() ? "" : ",") + h;
   return out;
 }
 
@@ -133,6 +141,7 @@ PlannedWorker make_spec(env::WorkerContract c, const JobConfig& config, const Pl
 struct PsLocal {
   std::vector<int> servers;   // server indices this node starts
   std::vector<int> trainers;  // trainer ids this node starts
+  std::vector<std::pair<int, int>> heter;  // heter workers this node starts: index, stage (2..)
   NodePlace place;
 };
 
@@ -148,15 +157,26 @@ PsLocal plan_listed_ps(const JobConfig& config, ClusterPlan& plan) {
   for (int i = 0; i < static_cast<int>(config.workers.size()); ++i) {
     if (config.workers[i].host == config.node_ip) local.trainers.push_back(i);
   }
-  if (local.servers.empty() && local.trainers.empty()) {
-    throw PlanError("--node_ip='" + config.node_ip +
-                    "' is the host of no entry of --servers or --workers (their hosts: " +
-                    join_hosts(config.servers, config.workers) +
+  for (std::size_t k = 0; k < config.heter.size(); ++k) {
+    const int stage = static_cast<int>(k) + 2;
+    plan.heter_stages.push_back(env::HeterStage{config.heter[k].device, config.heter[k].endpoints});
+    for (const env::Endpoint& e : config.heter[k].endpoints) {
+      if (e.host == config.node_ip) {
+        local.heter.emplace_back(static_cast<int>(plan.heter_endpoints.size()), stage);
+      }
+      plan.heter_endpoints.push_back(e);
+    }
+  }
+  const std::vector<env::Endpoint> listed = listed_endpoints(config);
+  if (local.servers.empty() && local.trainers.empty() && local.heter.empty()) {
+    throw PlanError("--node_ip='" + config.node_ip + "' is the host of no entry of --servers" +
+                    (config.heter.empty() ? " or --workers" : ", --workers or --heter_workers") +
+                    " (their hosts: " + join_hosts(listed) +
                     "), so this node would start nothing; run launch with --node_ip set to "
                     "one of them");
   }
   // The nodes are the hosts of the lists, in order of first appearance.
-  const std::vector<std::string> hosts = hosts_in_order(config.servers, config.workers);
+  const std::vector<std::string> hosts = hosts_in_order(listed);
   local.place.nodes = static_cast<int>(hosts.size());
   local.place.node =
       static_cast<int>(std::find(hosts.begin(), hosts.end(), config.node_ip) - hosts.begin());
@@ -169,7 +189,7 @@ PsLocal plan_listed_ps(const JobConfig& config, ClusterPlan& plan) {
 PsLocal plan_counted_ps(const JobConfig& config, const PlanInputs& inputs, ClusterPlan& plan) {
   const int servers = config.server_num;
   const int trainers = config.worker_num;
-  const int per_node = servers + trainers;
+  const int per_node = servers + trainers + config.heter_per_node();
   int nodes = static_cast<int>(config.node_ips.size());
   int node = config.node_index();
   std::vector<env::Endpoint> all;  // node-major blocks: S servers, then W trainers
@@ -178,7 +198,8 @@ PsLocal plan_counted_ps(const JobConfig& config, const PlanInputs& inputs, Clust
     if (all.empty() || all.size() % static_cast<std::size_t>(per_node) != 0) {
       throw PlanError("the nodes published " + std::to_string(all.size()) +
                       " endpoints, not a multiple of " + std::to_string(servers) +
-                      " servers + " + std::to_string(trainers) + " trainers per node");
+                      " servers + " + std::to_string(trainers) + " trainers + " +
+                      std::to_string(config.heter_per_node()) + " heter workers per node");
     }
     nodes = static_cast<int>(all.size()) / per_node;
     node = inputs.node_rank;
@@ -201,34 +222,70 @@ PsLocal plan_counted_ps(const JobConfig& config, const PlanInputs& inputs, Clust
   for (int k = 0; k < nodes; ++k) {
     const auto block = all.begin() + static_cast<std::ptrdiff_t>(k) * per_node;
     plan.server_endpoints.insert(plan.server_endpoints.end(), block, block + servers);
-    plan.endpoints.insert(plan.endpoints.end(), block + servers, block + per_node);
+    plan.endpoints.insert(plan.endpoints.end(), block + servers, block + servers + trainers);
   }
   PsLocal local;
   for (int i = 0; i < servers; ++i) local.servers.push_back(node * servers + i);
   for (int i = 0; i < trainers; ++i) local.trainers.push_back(node * trainers + i);
+  // Each heter stage: node-major, from the stage's place in every node's block.
+  int offset = servers + trainers;
+  for (std::size_t j = 0; j < config.heter.size(); ++j) {
+    const int count = config.heter[j].count;
+    env::HeterStage stage{config.heter[j].device, {}};
+    for (int k = 0; k < nodes; ++k) {
+      const auto first = all.begin() + static_cast<std::ptrdiff_t>(k) * per_node + offset;
+      if (k == node) {
+        for (int i = 0; i < count; ++i) {
+          local.heter.emplace_back(static_cast<int>(plan.heter_endpoints.size()) + i,
+                                   static_cast<int>(j) + 2);
+        }
+      }
+      plan.heter_endpoints.insert(plan.heter_endpoints.end(), first, first + count);
+      stage.endpoints.insert(stage.endpoints.end(), first, first + count);
+    }
+    plan.heter_stages.push_back(std::move(stage));
+    offset += count;
+  }
   local.place = NodePlace{node, nodes};
   plan.world_device_ids = world_device_ids(config, plan.endpoints, trainers);
   return local;
 }
 
-// Adds this node's processes of one role to `plan`: `ids` are their global indices, local ranks
-// count within the role; trainers take the selected GPUs in order, servers none.
-void add_local_ps(env::Role role, const std::vector<int>& ids, const JobConfig& config,
-                  const PlanInputs& inputs, NodePlace place, ClusterPlan& plan) {
+// Adds this node's processes of one role to `plan`: `ids` are their global indices (with their
+// stage: heter workers), local ranks count within the role; trainers take the selected GPUs in
+// order, servers and heter workers none.
+void add_local_ps(env::Role role, const std::vector<std::pair<int, int>>& ids,
+                  const JobConfig& config, const PlanInputs& inputs, NodePlace place,
+                  ClusterPlan& plan) {
   const bool server = role == env::Role::kServer;
+  const bool heter = role == env::Role::kHeterTrainer;
   for (std::size_t j = 0; j < ids.size(); ++j) {
     env::WorkerContract c;
     c.role = role;
-    c.rank = ids[j];
+    c.rank = ids[j].first;
+    c.stage = ids[j].second;
     c.world_size = plan.world_size;
     c.endpoints = plan.endpoints;
     c.server_endpoints = plan.server_endpoints;
-    c.current = server ? plan.server_endpoints[c.rank] : plan.endpoints[c.rank];
+    c.heter_endpoints = plan.heter_endpoints;
+    c.heter_stages = plan.heter_stages;
+    c.current = server  ? plan.server_endpoints[c.rank]
+                : heter ? plan.heter_endpoints[c.rank]
+                        : plan.endpoints[c.rank];
     c.local_rank = static_cast<int>(j);
     c.local_world_size = static_cast<int>(ids.size());
-    if (!server && !config.selected_gpus.empty()) c.gpu = config.selected_gpus[j];
+    if (role == env::Role::kTrainer && !config.selected_gpus.empty()) {
+      c.gpu = config.selected_gpus[j];
+    }
     plan.local.push_back(make_spec(std::move(c), config, inputs, plan, place));
   }
+}
+
+// Global indices with stage 1 (servers and trainers have none of their own).
+std::vector<std::pair<int, int>> in_stage_one(const std::vector<int>& ids) {
+  std::vector<std::pair<int, int>> out;
+  for (int id : ids) out.emplace_back(id, 1);
+  return out;
 }
 
 // A parameter-server job (see plan.h): every server and trainer endpoint, and which of them
@@ -251,12 +308,15 @@ ClusterPlan make_ps_plan(const JobConfig& config, const PlanInputs& inputs) {
                     std::to_string(local.trainers.size()) + " trainer(s): one GPU per trainer");
   }
 
-  const int local_processes = static_cast<int>(local.servers.size() + local.trainers.size());
+  const int local_processes =
+      static_cast<int>(local.servers.size() + local.trainers.size() + local.heter.size());
   if (!env::lookup(inputs.caller_env, env::kOmpNumThreads)) {
     plan.omp_threads_defaulted = env::default_omp_threads(inputs.cores, local_processes);
   }
-  add_local_ps(env::Role::kServer, local.servers, config, inputs, local.place, plan);
-  add_local_ps(env::Role::kTrainer, local.trainers, config, inputs, local.place, plan);
+  add_local_ps(env::Role::kServer, in_stage_one(local.servers), config, inputs, local.place, plan);
+  add_local_ps(env::Role::kTrainer, in_stage_one(local.trainers), config, inputs, local.place,
+               plan);
+  add_local_ps(env::Role::kHeterTrainer, local.heter, config, inputs, local.place, plan);
   return plan;
 }
 
@@ -267,8 +327,15 @@ int JobConfig::node_index() const {
   return static_cast<int>(it - node_ips.begin());
 }
 
+int JobConfig::heter_per_node() const {
+  int total = 0;
+  for (const HeterStage& stage : heter) total += stage.count;
+  return total;
+}
+
 int local_endpoint_count(const JobConfig& config) {
-  return config.ps_job() ? config.server_num + config.worker_num : config.nproc_per_node;
+  return config.ps_job() ? config.server_num + config.worker_num + config.heter_per_node()
+                         : config.nproc_per_node;
 }
 
 std::vector<env::Endpoint> local_endpoints(const JobConfig& config, const std::string& host,
@@ -384,13 +451,13 @@ std::string describe_plan(const ClusterPlan& plan) {
     return name == env::kJobSecret ? std::string("<hidden>") : value;
   };
   // The first process of each role is printed whole, the others by what differs from it.
-  const PlannedWorker* first[2] = {nullptr, nullptr};
+  std::map<env::Role, const PlannedWorker*> first;
   for (const PlannedWorker& w : plan.local) {
-    const bool server = w.contract.role == env::Role::kServer;
-    const std::string noun = server ? "server " : "rank ";
+    const env::Role role = w.contract.role;
+    const std::string noun = role == env::Role::kTrainer ? "rank " : env::role_noun(role) + " ";
     os << "----------- " << noun << w.contract.rank << " (local " << noun << w.contract.local_rank
        << ") environment";
-    const PlannedWorker*& base = first[server ? 1 : 0];
+    const PlannedWorker*& base = first[role];
     if (base == nullptr) {
       base = &w;
       os << " -----------\n";

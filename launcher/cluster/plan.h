@@ -19,7 +19,11 @@
 //   P..P+S-1 and the trainers P+S..P+S+W-1; without it one node asks the picker for S+W ports,
 //   and a multi-node job passes every node's S+W endpoints (servers first) as cluster_endpoints;
 // - with explicit `servers`/`workers` lists this node runs exactly the entries whose host is
-//   `node_ip`, with the indices of their positions in the lists (PlanError when there is none).
+//   `node_ip`, with the indices of their positions in the lists (PlanError when there is none);
+// - heter workers (`heter`, stages 2..): with counts every node runs each stage's count after its
+//   trainers (its block is S servers, W trainers, then each stage's workers, with the ports in
+//   that order); with lists the stages' endpoints are given like `servers`. A heter worker's index
+//   is its position among all heter workers, stage by stage (each stage node-major).
 // The planner's errors name the command-line flags (--started_port, --node_ip, ...) that set the
 // fields, as the user wrote them; launcher/job/job_config.h maps the flags onto the fields.
 #pragma once
@@ -73,6 +77,14 @@ struct JobConfig {
   int worker_num = 0;  // trainers per node (or the length of `workers`)
   std::vector<env::Endpoint> servers;  // every server, index order; empty: counts
   std::vector<env::Endpoint> workers;  // every trainer, rank order; given exactly with `servers`
+  // Heter workers, stages 2.. in order: each stage's device type and either its count per node
+  // (counts) or its endpoints (with `servers`/`workers` lists). Empty: no heter workers.
+  struct HeterStage {
+    std::string device;
+    int count = 0;                          // per node (counts); with lists: endpoints.size()
+    std::vector<env::Endpoint> endpoints;  // with lists: the stage's workers
+  };
+  std::vector<HeterStage> heter;
 
   // What every worker is told besides its place (env::WorkerContract).
   std::optional<std::string> run_id;         // TORCHELASTIC_RUN_ID; unset: PlanInputs::job_id
@@ -89,6 +101,8 @@ struct JobConfig {
   bool ps_job() const { return server_num > 0; }
   // True when `servers`/`workers` list the endpoints.
   bool explicit_endpoints() const { return !servers.empty(); }
+  // Heter workers of one node with counts (the sum of the stages' counts).
+  int heter_per_node() const;
 };
 
 // Returns `count` distinct ports that can be bound on `host` right now. May throw.
@@ -123,10 +137,13 @@ struct ClusterPlan {
   int world_size = 1;                    // trainers in the job
   std::vector<env::Endpoint> endpoints;  // all trainers, rank order
   std::vector<env::Endpoint> server_endpoints;  // all servers, index order; empty: collective
+  std::vector<env::Endpoint> heter_endpoints;   // all heter workers, index (stage) order
+  std::vector<env::HeterStage> heter_stages;    // stages 2.. with their endpoints
   // Every trainer's device, rank order (env::WorkerContract::world_device_ids).
   std::vector<int> world_device_ids;
-  std::vector<PlannedWorker> local;  // this node's processes: servers (index order), then trainers
-                                  // (local rank order)
+  // This node's processes: servers (index order), then trainers (local rank order), then heter
+  // workers (index order).
+  std::vector<PlannedWorker> local;
   // OMP_NUM_THREADS the plan sets, when the caller had not set it (to be reported once).
   std::optional<int> omp_threads_defaulted;
 };
@@ -143,7 +160,7 @@ std::string random_hex(std::size_t bytes);
 
 // The endpoints this node publishes to the other nodes of a multi-node job, given its address
 // and (without started_port) `free_ports`: nproc_per_node trainers, or in a parameter-server
-// job server_num servers then worker_num trainers. The number of ports it needs is
+// job server_num servers, worker_num trainers, then each heter stage's workers. The number of ports it needs is
 // local_endpoint_count(config).
 int local_endpoint_count(const JobConfig& config);
 std::vector<env::Endpoint> local_endpoints(const JobConfig& config, const std::string& host,

@@ -83,6 +83,13 @@ JobDescription describe_job(const LaunchOptions& options, const NodeTopology& to
   // Only a parameter-server job has servers to agree on; a collective job's description is as
   // it always was.
   if (options.ps_job()) description.push_back({"server_num", std::to_string(options.server_num)});
+  if (!options.heter.empty()) {
+    std::string stages;
+    for (const auto& stage : options.heter) {
+      stages += (stages.empty() ? "" : ";") + std::to_string(stage.count) + " " + stage.device;
+    }
+    description.push_back({"heter workers", stages});
+  }
   return description;
 }
 
@@ -278,9 +285,16 @@ bool shown_on_console(const LaunchOptions& options, const PlannedWorker& spec) {
   return chosen || options.tee.contains(local);
 }
 
-// Says which flag defaults came from the environment (torchrun's PET_<FLAG>, Paddle's
-// PADDLE_<FLAG>), when any did.
+// Says which flags the job does not use, and which flag defaults came from the environment
+// (torchrun's PET_<FLAG>, Paddle's PADDLE_<FLAG>), when any did.
 void log_environment_defaults(const LaunchOptions& options) {
+  if (!options.unused_flags.empty()) {
+    std::string flags;
+    for (const auto& f : options.unused_flags) flags += (flags.empty() ? "" : " ") + f;
+    spdlog::warn("not used by --run_mode={} (Paddle 2.x's ps controller): {}; {} trainer(s) per "
+                 "node without devices (count them with --trainer_num)",
+                 options.run_mode(), flags, options.worker_num);
+  }
   if (options.from_environment.empty()) return;
   std::string used;
   for (const auto& v : options.from_environment) used += (used.empty() ? "" : ", ") + v;
@@ -336,7 +350,7 @@ SupervisorOptions supervisor_options(const LaunchOptions& options, const NodeTop
   sup.kill_timeout = options.kill_timeout;
   sup.restart_policy = RestartPolicy(options.max_restarts);
   sup.hang_timeout = options.hang_timeout;
-  sup.server_grace = options.server_grace_or_default();
+  sup.server_grace = options.server_grace;
   sup.first_generation = first_generation;
   sup.indices_may_change = topology.elastic();
   return sup;

@@ -15,6 +15,9 @@ JobConfig job_config(const LaunchOptions& options) {
   config.worker_num = options.worker_num;
   config.servers = options.servers;
   config.workers = options.workers;
+  for (const LaunchOptions::HeterStage& stage : options.heter) {
+    config.heter.push_back(JobConfig::HeterStage{stage.device, stage.count, stage.endpoints});
+  }
   config.run_id = options.rdzv_id;
   config.role_name = options.role;
   config.paddle_job_id = options.job_id;

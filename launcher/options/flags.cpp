@@ -647,22 +647,73 @@ std::vector<FlagSpec> parameter_servers() {
                   .value("S")
                   .seconds(true)
                   .group(FlagGroup::kParameterServer)
-                  .default_is("--kill_timeout")
+                  .default_is("none: stopped at once, as Paddle's")
                   .help("parameter-server job: once this node's trainers all exited 0, seconds its "
-                        "servers may take to exit before they are stopped")
-                  .config(ps_only([](const LaunchOptions& o) {
-                    return seconds_text(o.server_grace_or_default());
+                        "servers (and heter workers) may take to exit before they are stopped")
+                  .config(ps_only([](const LaunchOptions& o) -> std::string {
+                    return o.server_grace ? seconds_text(*o.server_grace) : "None";
                   }))
                   .done());
+  t.push_back(
+      Flag("heter_worker_num")
+          .value("N[;N...]")
+          .group(FlagGroup::kParameterServer)
+          .also_in({Origin::kFleetrun, Origin::kPaddle2})
+          .help("parameter-server job: heter workers per node in each heter stage (2, 3, ...)")
+          .doc("parameter-server job: heter workers (`TRAINING_ROLE=HETER_TRAINER`, logs "
+               "`heterlog.N`) per node in each heter stage, stages separated by `;` (`2`, "
+               "`2;1`); with `--servers`/`--workers` it must agree with `--heter_workers`.")
+          .config(ps_only([](const LaunchOptions& o) -> std::string {
+            if (o.heter.empty()) return "None";
+            std::string out;
+            for (const auto& stage : o.heter) {
+              out += (out.empty() ? "" : ";") + std::to_string(stage.count);
+            }
+            return out;
+          }))
+          .done());
+  t.push_back(
+      Flag("heter_workers")
+          .value("ip:port,...[;...]")
+          .group(FlagGroup::kParameterServer)
+          .also_in({Origin::kFleetrun, Origin::kPaddle2})
+          .help("parameter-server job: every heter worker's endpoint, stages separated by ';' "
+                "(with --servers/--workers)")
+          .config(ps_only([](const LaunchOptions& o) -> std::string {
+            std::string out;
+            for (const auto& stage : o.heter) {
+              out += (out.empty() ? "" : ";") + env::join_endpoints(stage.endpoints);
+            }
+            return out;
+          }))
+          .done());
+  t.push_back(
+      Flag("heter_devices")
+          .value("DEV[;DEV...]")
+          .group(FlagGroup::kParameterServer)
+          .also_in({Origin::kFleetrun, Origin::kPaddle2})
+          .default_is("gpu in every stage")
+          .help("parameter-server job: each heter stage's device type (HETER_DEVICE_TYPE), e.g. "
+                "gpu;xpu")
+          .config(ps_only([](const LaunchOptions& o) -> std::string {
+            std::string out;
+            for (const auto& stage : o.heter) out += (out.empty() ? "" : ";") + stage.device;
+            return out;
+          }))
+          .done());
   t.push_back(
       Flag("run_mode")
           .value("MODE")
           .group(FlagGroup::kParameterServer)
-          .also_in({Origin::kPaddle2})
+          .also_in({Origin::kFleetrun, Origin::kPaddle2})
           .default_is("collective")
-          .help("collective or ps (a parameter-server job: needs --server_num or --servers)")
-          .doc("`collective` or `ps` (a parameter-server job: needs `--server_num` or "
-               "`--servers`); `ps-heter` and `rpc` are errors.")
+          .help("collective, ps or ps-heter (ps without counts: 1 server and 1 trainer, as "
+                "Paddle 2.x)")
+          .doc("`collective`, `ps` or `ps-heter` (the fleet launcher's: needs heter workers). "
+               "`ps` without `--server_num`/`--servers` runs 1 server and 1 trainer per node, and "
+               "given `--run_mode`, `--trainer_num` defaults to 1 whatever `--nproc_per_node` or "
+               "`--devices` say (both unused then, with a warning), as Paddle 2.x's ps "
+               "controller; `rpc` is an error.")
           .done());
   return t;
 }

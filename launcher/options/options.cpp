@@ -112,18 +112,73 @@ struct PsFlags {
   std::optional<int> worker_num;
   bool ps_job = false;
   bool explicit_endpoints = false;
+  // --run_mode=ps|ps-heter (Paddle 2.x, fleet): Paddle 2.x's ps controller's counts, 1 server
+  // and 1 trainer unless given, whatever --nproc_per_node and --devices say.
+  bool paddle2_counts = false;
+  bool heter_mode = false;  // --run_mode=ps-heter
 };
+
+// The first port of the fleet launcher's default endpoints (--workers given as hosts alone).
+constexpr int kFleetStartPort = 6170;
+
+// `text` split at `sep` (empty parts kept, so that they are reported).
+std::vector<std::string> split_on(const std::string& text, char sep) {
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t at = text.find(sep, start);
+    parts.push_back(text.substr(start, at == std::string::npos ? at : at - start));
+    if (at == std::string::npos) return parts;
+    start = at + 1;
+  }
+}
+
+// --workers as the fleet launcher reads it: when an entry has no port, every entry is its host
+// with the ports 6170+S, 6170+S+1, ... (S servers), as Paddle numbers them.
+std::vector<env::Endpoint> parse_workers(const std::string& value, int servers) {
+  const std::vector<std::string> entries = split_on(value, ',');
+  const bool hosts_only = std::any_of(entries.begin(), entries.end(), [](const std::string& e) {
+    return !e.empty() && e.find(':') == std::string::npos;
+  });
+  if (!hosts_only) return parse_ps_endpoints("workers", value);
+  std::string with_ports;
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const std::string host = entries[i].substr(0, entries[i].find(':'));
+    with_ports += (i ? "," : "") + host + ":" +
+                  std::to_string(kFleetStartPort + servers + static_cast<int>(i));
+  }
+  return parse_ps_endpoints("workers", with_ports);
+}
+
+// --run_mode: collective, ps or ps-heter; unset when not given.
+std::optional<std::string> parse_run_mode(const GivenFlags& r) {
+  if (!r.has("run_mode")) return std::nullopt;
+  const std::string v = r.value("run_mode");
+  if (v != "collective" && v != "ps" && v != "ps-heter") {
+    bad_value("run_mode", v, "expected collective, ps or ps-heter (rpc is not supported)");
+  }
+  return v;
+}
 
 PsFlags parse_ps_flags(const GivenFlags& r, LaunchOptions& o) {
   PsFlags ps;
   ps.server_num = r.integer("server_num");
   ps.worker_num = r.integer("worker_num");
+  const std::optional<std::string> mode = parse_run_mode(r);
+  ps.paddle2_counts = mode && *mode != "collective";
+  ps.heter_mode = mode == std::optional<std::string>("ps-heter");
   if (r.has("servers")) o.servers = parse_ps_endpoints("servers", r.value("servers"));
-  if (r.has("workers")) o.workers = parse_ps_endpoints("workers", r.value("workers"));
+  if (ps.paddle2_counts && !ps.server_num && o.servers.empty()) ps.server_num = 1;
+  if (r.has("workers")) {
+    const int servers = o.servers.empty() ? ps.server_num.value_or(0)
+                                          : static_cast<int>(o.servers.size());
+    o.workers = parse_workers(r.value("workers"), servers);
+  }
   ps.ps_job = ps.server_num || !o.servers.empty();
   ps.explicit_endpoints = !o.servers.empty() || !o.workers.empty();
   if (!ps.ps_job) {
-    for (const char* flag : {"worker_num", "workers", "server_grace"}) {
+    for (const char* flag : {"worker_num", "workers", "server_grace", "heter_worker_num",
+                             "heter_workers", "heter_devices"}) {
       if (r.has(flag)) {
         bad_value(flag, r.value(flag), "a parameter-server job needs --server_num or --servers");
       }
@@ -307,12 +362,23 @@ void resolve_ps_job(const GivenFlags& r, const PsFlags& ps, std::optional<int> n
     resolve_explicit_endpoints(r, ps, o);
   } else {
     o.server_num = *ps.server_num;
-    o.worker_num = ps.worker_num.value_or(o.nproc_per_node);
+    o.worker_num = ps.worker_num.value_or(ps.paddle2_counts ? 1 : o.nproc_per_node);
+  }
+  if (ps.paddle2_counts) {
+    // Paddle 2.x's ps controller counts trainers with --trainer_num alone and gives them no
+    // devices: the device flags are not used (and said so once).
+    if (nproc) o.unused_flags.push_back("--nproc_per_node=" + r.value("nproc_per_node"));
+    if (const auto g = r.get("selected_gpus")) {
+      o.unused_flags.push_back("--" + g->spelling + "=" + g->value);
+    }
+    o.selected_gpus.clear();
+    o.selected_gpus_given.clear();
   }
   const std::string w_source =
       ps.explicit_endpoints ? " (the entries of --workers)" : " trainers per node";
-  if (nproc && *nproc != o.worker_num) {
-    throw OptionsError("--nproc_per_node=" + std::to_string(*nproc) +
+  const int nproc_given = nproc.value_or(0);
+  if (nproc && !ps.paddle2_counts && nproc_given != o.worker_num) {
+    throw OptionsError("--nproc_per_node=" + std::to_string(nproc_given) +
                        " does not match --worker_num=" + std::to_string(o.worker_num) + w_source +
                        ": a parameter-server job starts --worker_num trainers, --nproc_per_node "
                        "is not used");
@@ -333,15 +399,95 @@ void resolve_ps_job(const GivenFlags& r, const PsFlags& ps, std::optional<int> n
   }
 }
 
+// The heter flags against each other and the job (see LaunchOptions::heter).
+void parse_heter(const GivenFlags& r, const PsFlags& ps, LaunchOptions& o) {
+  const bool counts = r.has("heter_worker_num");
+  const bool lists = r.has("heter_workers");
+  if (!counts && !lists) {
+    if (r.has("heter_devices")) {
+      bad_value("heter_devices", r.value("heter_devices"),
+                "needs heter workers (--heter_worker_num or --heter_workers)");
+    }
+    if (ps.heter_mode) {
+      bad_value("run_mode", "ps-heter", "needs --heter_worker_num or --heter_workers");
+    }
+    return;
+  }
+  if (lists && !ps.explicit_endpoints) {
+    bad_value("heter_workers", r.value("heter_workers"),
+              "lists endpoints: give every server's and trainer's too (--servers, --workers), "
+              "or count the heter workers with --heter_worker_num");
+  }
+  if (!lists && ps.explicit_endpoints) {
+    bad_value("heter_worker_num", r.value("heter_worker_num"),
+              "--servers/--workers list every endpoint: list the heter workers' with "
+              "--heter_workers");
+  }
+  if (lists) {
+    const std::string v = r.value("heter_workers");
+    for (const std::string& part : split_on(v, ';')) {
+      LaunchOptions::HeterStage stage;
+      stage.endpoints = parse_ps_endpoints("heter_workers", part);
+      stage.count = static_cast<int>(stage.endpoints.size());
+      o.heter.push_back(std::move(stage));
+    }
+  }
+  if (counts) {
+    const std::string v = r.value("heter_worker_num");
+    const std::vector<std::string> parts = split_on(v, ';');
+    if (lists && parts.size() != o.heter.size()) {
+      bad_value("heter_worker_num", v,
+                std::to_string(parts.size()) + " stage(s), but --heter_workers lists " +
+                    std::to_string(o.heter.size()));
+    }
+    for (std::size_t k = 0; k < parts.size(); ++k) {
+      const int n = parse_int_flag("heter_worker_num", parts[k], 1, kMaxProcessesPerRole);
+      if (!lists) o.heter.push_back(LaunchOptions::HeterStage{"gpu", n, {}});
+      if (lists && o.heter[k].count != n) {
+        bad_value("heter_worker_num", v,
+                  "stage " + std::to_string(k + 2) + " has " + std::to_string(n) +
+                      " but --heter_workers lists " + std::to_string(o.heter[k].count));
+      }
+    }
+  }
+  if (r.has("heter_devices")) {
+    const std::string v = r.value("heter_devices");
+    const std::vector<std::string> devices = split_on(v, ';');
+    if (devices.size() != o.heter.size()) {
+      bad_value("heter_devices", v,
+                "one device per heter stage: " + std::to_string(o.heter.size()) + " stage(s)");
+    }
+    for (std::size_t k = 0; k < devices.size(); ++k) {
+      o.heter[k].device = parse_name("heter_devices", devices[k]);
+    }
+  }
+  std::vector<env::Endpoint> seen = o.servers;
+  seen.insert(seen.end(), o.workers.begin(), o.workers.end());
+  for (const LaunchOptions::HeterStage& stage : o.heter) {
+    for (const env::Endpoint& e : stage.endpoints) {
+      if (std::find(seen.begin(), seen.end(), e) != seen.end()) {
+        bad_value("heter_workers", r.value("heter_workers"),
+                  "endpoint '" + e.str() + "' is listed twice (or also in --servers/--workers)");
+      }
+      seen.push_back(e);
+    }
+  }
+}
+
 // --started_port: every port this node's processes need must exist.
 void parse_started_port(const GivenFlags& r, bool ps_job, LaunchOptions& o) {
   o.started_port = r.integer("started_port");
   if (!o.started_port) return;
   const std::string v = r.value("started_port");
-  // Per node: the workers of a collective job; a parameter-server job's servers, then trainers.
-  const int per_node = ps_job ? o.server_num + o.worker_num : o.nproc_per_node;
-  const std::string what = ps_job ? std::to_string(o.server_num) + " servers and " +
-                                        std::to_string(o.worker_num) + " trainers"
+  // Per node: the workers of a collective job; a parameter-server job's servers, trainers, then
+  // heter workers.
+  const int per_node =
+      ps_job ? o.server_num + o.worker_num + o.heter_per_node() : o.nproc_per_node;
+  const std::string heter =
+      o.heter.empty() ? "" : " and " + std::to_string(o.heter_per_node()) + " heter workers";
+  const std::string what = ps_job ? std::to_string(o.server_num) + " servers" +
+                                        (heter.empty() ? " and " : ", ") +
+                                        std::to_string(o.worker_num) + " trainers" + heter
                                   : std::to_string(o.nproc_per_node) + " workers";
   if (*o.started_port + per_node - 1 > 65535) {
     bad_value(
@@ -406,15 +552,10 @@ void check_job_kind(const GivenFlags& r, bool ps_job, LaunchOptions& o) {
         "--standalone is a single-node job: it cannot be combined with --nnodes above 1, "
         "--node_rank, --master, --rdzv_endpoint or --cluster_node_ips");
   }
-  if (r.has("run_mode")) {
-    const std::string v = r.value("run_mode");
-    if (v == "collective" && ps_job) {
-      bad_value("run_mode", v, "--server_num/--servers make this a parameter-server job (ps)");
-    } else if (v == "ps" && !ps_job) {
-      bad_value("run_mode", v, "a parameter-server job needs --server_num or --servers");
-    } else if (v != "collective" && v != "ps") {
-      bad_value("run_mode", v, "expected collective or ps (ps-heter and rpc are not supported)");
-    }
+  // ps and ps-heter made the job a parameter-server job (parse_ps_flags).
+  if (r.has("run_mode") && r.value("run_mode") == "collective" && ps_job) {
+    bad_value("run_mode", "collective",
+              "--server_num/--servers make this a parameter-server job (ps)");
   }
   if (o.elastic() && ps_job) {
     throw OptionsError("--nnodes=" + std::to_string(*o.min_nnodes) + ":" +
@@ -473,6 +614,7 @@ LaunchOptions parse_options(int argc, const char* const argv[], const env::EnvMa
   if (auto role = r.name_value("role")) o.role = *role;
   resolve_nodes(ps, o);
   if (ps.ps_job) resolve_ps_job(r, ps, nproc, o);
+  if (ps.ps_job) parse_heter(r, ps, o);
   parse_started_port(r, ps.ps_job, o);
   o.use_paddlecloud = r.has("use_paddlecloud");
   o.require_secret = r.has("require_secret");

@@ -105,8 +105,21 @@ struct LaunchOptions {
   std::vector<env::Endpoint> servers;  // --servers; empty: counts, not explicit endpoints
   std::vector<env::Endpoint> workers;  // --workers; given exactly when `servers` is
   // --server_grace (seconds): once every trainer of this node has exited 0, how long servers
-  // still running may take to exit by themselves before they are stopped. Default: kill_timeout.
+  // (and heter workers) still running may take to exit by themselves before they are stopped.
+  // Unset: none, they are stopped at once, as Paddle's launchers do.
   std::optional<std::chrono::milliseconds> server_grace;
+  // Heter workers (the fleet launcher's --heter_worker_num, --heter_workers, --heter_devices):
+  // stages 2.. of a parameter-server job, in order. With counts every node starts `count`
+  // workers of each stage; with --servers/--workers each stage lists its `endpoints`.
+  struct HeterStage {
+    std::string device = "gpu";  // --heter_devices' entry for the stage
+    int count = 0;               // per node; with lists the number of endpoints
+    std::vector<env::Endpoint> endpoints;  // --heter_workers' entry; empty: counts
+  };
+  std::vector<HeterStage> heter;
+  // Flags given that the job does not use, each with why, for one warning line (Paddle 2.x's
+  // --run_mode=ps ignores --nproc_per_node and --devices).
+  std::vector<std::string> unused_flags;
   // Elastic jobs: after MIN nodes joined, how long to wait for more before starting
   // (--rdzv_conf last_call_timeout=S, torchrun's spelling and default).
   std::chrono::milliseconds last_call_timeout{30'000};
@@ -155,14 +168,19 @@ struct LaunchOptions {
   // next port (workers_master_port() + 1).
   bool workers_master() const { return static_master && !started_port && !ps_job(); }
   int workers_master_port() const { return master_port.value_or(kDefaultControlPort); }
-  // Paddle 2.x's --run_mode for this job: "ps" for a parameter-server job, else "collective".
-  std::string run_mode() const { return ps_job() ? "ps" : "collective"; }
+  // Paddle's --run_mode for this job: "ps-heter" for a parameter-server job with heter workers,
+  // "ps" for one without, else "collective".
+  std::string run_mode() const {
+    return !ps_job() ? "collective" : heter.empty() ? "ps" : "ps-heter";
+  }
+  // Heter workers per node with counts (the sum of the stages' counts).
+  int heter_per_node() const {
+    int total = 0;
+    for (const HeterStage& stage : heter) total += stage.count;
+    return total;
+  }
   // True when --servers/--workers name the endpoints.
   bool explicit_endpoints() const { return !servers.empty(); }
-  // The grace of servers after the trainers: --server_grace, else kill_timeout.
-  std::chrono::milliseconds server_grace_or_default() const {
-    return server_grace.value_or(kill_timeout);
-  }
 };
 
 // True for an IPv4 address or a host name (letters, digits, '-', '.'; labels of 1..63 characters;

@@ -1,5 +1,5 @@
 // The agent loop of this node: one generation at a time, started through a WorkerGroup
-// (worker_group.h, the processes themselves), watched by the hang guard and the servers' grace,
+// (worker_group.h, the processes themselves), watched by the hang guard and the servers' stop,
 // told about signals and the other nodes' news, and ended by asking the restart policy.
 #include "launcher/supervise/supervisor.h"
 
@@ -48,10 +48,12 @@ std::string elapsed_text(Clock::duration d) {
   return std::to_string(tenths / 10) + "." + std::to_string(tenths % 10);
 }
 
-// "ranks 0..3" for trainers, "servers 0..1" for servers.
+// "ranks 0..3" for trainers, "servers 0..1" for servers, "heter workers 0..2".
 std::string index_range(env::Role role, int first, int last) {
-  return (role == env::Role::kServer ? std::string("servers ") : std::string("ranks ")) +
-         std::to_string(first) + ".." + std::to_string(last);
+  const std::string noun = role == env::Role::kServer         ? "servers "
+                           : role == env::Role::kHeterTrainer ? "heter workers "
+                                                              : "ranks ";
+  return noun + std::to_string(first) + ".." + std::to_string(last);
 }
 
 // "(ranks 0..3)", "(servers 0..1, ranks 0..1)": the indices of each role, in launch order.
@@ -188,6 +190,8 @@ class Supervisor {
     hang_message_.clear();
     grace_timer_.cancel();
     servers_stopped_ = 0;
+    heter_stopped_ = 0;
+    paddle_stop_ = false;
     peer_failure_.reset();
     if (options_.report) {
       int world_size = 0;
@@ -222,7 +226,7 @@ class Supervisor {
     }
     if (options_.report) {
       const Process& p = *group_.processes()[i];
-      options_.report->process_started(p.name, p.role == env::Role::kServer, p.index,
+      options_.report->process_started(p.name, p.role != env::Role::kTrainer, p.index,
                                        generation_.index(), p.pid, wall_now());
     }
   }
@@ -360,38 +364,63 @@ class Supervisor {
     group_.stop(signo);
   }
 
-  // Servers after the trainers (see supervisor.h): once every trainer exited 0, the servers still
-  // running have server_grace to follow; then they are stopped and the generation succeeds.
+  // Servers after the trainers (see supervisor.h): once every trainer exited 0, the servers and
+  // heter workers still running are stopped, at once (Paddle's rule) or after server_grace.
   void maybe_begin_server_grace() {
     if (phase_ != Phase::kRunning || group_.stopping()) return;
     int trainers = 0;
-    int servers_running = 0;
+    int others_running = 0;
     for (const auto& p : group_.processes()) {
       if (p->role == env::Role::kTrainer) {
         if (!exited_zero(*p)) return;
         ++trainers;
       } else {
-        servers_running += p->running;
+        others_running += p->running;
       }
     }
-    if (trainers == 0 || servers_running == 0) return;
+    if (trainers == 0 || others_running == 0) return;
     phase_ = Phase::kServerGrace;
     hang_timer_.cancel();  // the grace bounds the wait from here on
+    if (!options_.server_grace) {
+      stop_servers(std::nullopt);
+      return;
+    }
+    const std::chrono::milliseconds grace = *options_.server_grace;
     spdlog::debug("all {} trainer(s) exited with code 0; {} server(s) have {} s to exit", trainers,
-                  servers_running, seconds_text(options_.server_grace));
+                  others_running, seconds_text(grace));
     const Generation generation = generation_;
-    grace_timer_.expires_after(options_.server_grace);
+    grace_timer_.expires_after(grace);
     grace_timer_.async_wait([this, generation, trainers](const boost::system::error_code& ec) {
       if (ec || generation != generation_ || group_.stopping()) return;
-      servers_stopped_ = group_.running();
-      if (servers_stopped_ == 0) return;
+      stop_servers(trainers);
+    });
+  }
+
+  // Stops the servers and heter workers still running after the trainers: with Paddle's line
+  // (`trainers` unset: no grace) or ours (after the grace; `trainers` exited 0).
+  void stop_servers(std::optional<int> trainers) {
+    servers_stopped_ = 0;
+    heter_stopped_ = 0;
+    for (const auto& p : group_.processes()) {
+      if (!p->running) continue;
+      ++(p->role == env::Role::kHeterTrainer ? heter_stopped_ : servers_stopped_);
+    }
+    if (servers_stopped_ + heter_stopped_ == 0) return;
+    if (trainers) {
       spdlog::info(
           "all {} trainer(s) exited with code 0 and {} server(s) are still running {} s later "
           "(--server_grace): stopping them (SIGTERM, SIGKILL after {} s); the job succeeds",
-          trainers, servers_stopped_, seconds_text(options_.server_grace),
+          *trainers, servers_stopped_ + heter_stopped_, seconds_text(*options_.server_grace),
           seconds_text(options_.kill_timeout));
-      group_.stop(SIGTERM);
-    });
+    } else {
+      // Paddle's words (1.8's launch_ps; the fleet launcher's when there are heter workers), on
+      // stderr where Paddle's tests look for them.
+      spdlog::info("{}", heter_stopped_ > 0
+                             ? "all workers exit, going to finish parameter server and heter_worker."
+                             : "all workers exit, going to finish parameter server");
+    }
+    paddle_stop_ = !trainers;
+    group_.stop(SIGTERM);
   }
 
   void reap() {
@@ -690,7 +719,7 @@ class Supervisor {
     const RestartDecision d = options_.restart_policy.decide(end);
     JobOutcome out;
     out.restarts = generation_.index();
-    out.servers_stopped = servers_stopped_;
+    out.servers_stopped = servers_stopped_ + heter_stopped_;
     out.state = state_;
     out.exit_code = d.restart() ? 1 : d.exit_code;  // a restart still due cannot be carried out
     out.interrupt_signal = interrupt_;
@@ -733,11 +762,13 @@ class Supervisor {
       notice.from_peer = failed && !first_failure_ && hang_message_.empty() && peer_failure_ &&
                          !external_ && !interrupt_;
       notify_failure(notice);
-    } else if (servers_stopped_ > 0) {
+    } else if (servers_stopped_ + heter_stopped_ > 0) {
+      if (paddle_stop_ && heter_stopped_ > 0) spdlog::info("all heter_worker are killed");
+      if (paddle_stop_ && servers_stopped_ > 0) spdlog::info("all parameter server are killed");
       spdlog::info(
           "job succeeded{}: every trainer exited with code 0; {} server(s) were stopped "
           "after them",
-          after, servers_stopped_);
+          after, servers_stopped_ + heter_stopped_);
     } else {
       spdlog::info("all {} worker(s) exited with code 0{}", group_.size(), after);
     }
@@ -776,7 +807,9 @@ class Supervisor {
   std::optional<std::pair<int, std::string>> peer_failure_;
   bool failure_notified_ = false;     // options_.on_failure was called
   std::vector<std::string> history_;  // "generation K: <its first failure>"
-  int servers_stopped_ = 0;           // servers stopped when the grace ran out
+  int servers_stopped_ = 0;           // servers stopped after the trainers
+  int heter_stopped_ = 0;             // heter workers stopped after the trainers
+  bool paddle_stop_ = false;          // stopped at once, with Paddle's lines (no --server_grace)
 };
 
 }  // namespace

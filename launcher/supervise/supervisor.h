@@ -22,12 +22,14 @@
 // - each process has PR_SET_PDEATHSIG=SIGKILL, so a SIGKILLed launcher takes its processes along,
 //   and a watchdog process (launcher/supervise/watchdog.h) then SIGKILLs their process groups;
 // - when the last process of a generation is reaped, whatever is left in the groups is SIGKILLed;
-// - servers after the trainers: once every trainer of a generation has exited 0, servers still
-//   running get server_grace to exit by themselves (the hang guard is off meanwhile); those still
-//   running then are stopped like above, with one log line, and the generation still succeeds
-//   (as Paddle's launch_ps ends its servers once the trainers are done). Only on a node that
-//   runs trainers: a node of servers alone waits for them to exit. Servers that exit 0 while
-//   trainers run end nothing: the trainers decide.
+// - servers after the trainers: once every trainer of a generation has exited 0, servers (and
+//   heter workers) still running are stopped like above and the generation still succeeds, as
+//   Paddle's launchers end their servers once the trainers are done. Without server_grace they
+//   are stopped at once with Paddle's lines ("all workers exit, going to finish parameter
+//   server", then "all parameter server are killed" once they are gone); with it they first get
+//   server_grace to exit by themselves (the hang guard is off meanwhile), then one line of ours.
+//   Only on a node that runs trainers: a node of servers alone waits for them to exit. Servers
+//   that exit 0 while trainers run end nothing: the trainers decide.
 // Single-threaded (one Boost.Asio io_context); call from the main thread, one job at a time.
 #pragma once
 
@@ -61,8 +63,9 @@ struct SupervisorOptions {
   RestartPolicy restart_policy;  // asked after every failed generation (default: no restarts)
   std::chrono::milliseconds hang_timeout{0};  // no output from any running process this long:
                                               // fail the generation; 0 turns the hang guard off
-  // How long servers may keep running after every trainer exited 0 (see the header comment).
-  std::chrono::milliseconds server_grace{10'000};
+  // How long servers may keep running after every trainer exited 0 (see the header comment);
+  // unset: no time, Paddle's rule.
+  std::optional<std::chrono::milliseconds> server_grace;
   // Called once, on the supervisor's thread, as soon as the job is known to end failed on this
   // node: a failure or hang the policy will not restart, a spawn error, or an interrupt. Not
   // called for a stop requested through `external_stop`. May be empty.

@@ -11,14 +11,16 @@
 
 namespace ddl::launcher {
 
-// "rank 3" for a trainer (the wording of every message and console prefix), "server 1".
+// "rank 3" for a trainer (the wording of every message and console prefix), "server 1",
+// "heter worker 0".
 std::string process_name(env::Role role, int index);
-// The log file name: "workerlog.3" for a trainer, "serverlog.1" for a server.
+// The log file name: "workerlog.3" for a trainer, "serverlog.1" for a server, "heterlog.0" for a
+// heter worker.
 std::string log_file_name(env::Role role, int index);
 
 struct Worker {
   env::Role role = env::Role::kTrainer;
-  int index = 0;                  // within the role: a trainer's global rank, a server's index
+  int index = 0;  // within the role: a trainer's global rank, a server's or heter worker's index
   std::string executable;         // resolved path
   std::vector<std::string> args;  // argv[1..]
   env::EnvMap env;                // the process's whole environment

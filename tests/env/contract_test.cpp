@@ -311,13 +311,16 @@ TEST(Role, ValuesAndNames) {
   EXPECT_EQ(role_noun(Role::kServer), "server");
   EXPECT_EQ(parse_role("TRAINER", kTrainingRole), Role::kTrainer);
   EXPECT_EQ(parse_role("PSERVER", kTrainingRole), Role::kServer);
-  for (const char* bad : {"", "trainer", "SERVER", "PSERVER ", "HETER_TRAINER"}) {
+  EXPECT_EQ(role_value(Role::kHeterTrainer), "HETER_TRAINER");
+  EXPECT_EQ(role_noun(Role::kHeterTrainer), "heter worker");
+  EXPECT_EQ(parse_role("HETER_TRAINER", kTrainingRole), Role::kHeterTrainer);
+  for (const char* bad : {"", "trainer", "SERVER", "PSERVER ", "HETER"}) {
     try {
       parse_role(bad, kTrainingRole);
       ADD_FAILURE() << "accepted '" << bad << "'";
     } catch (const EnvError& e) {
       EXPECT_NE(std::string(e.what()).find("TRAINING_ROLE='" + std::string(bad) +
-                                           "': expected TRAINER or PSERVER"),
+                                           "': expected TRAINER, PSERVER or HETER_TRAINER"),
                 std::string::npos)
           << e.what();
     }
@@ -363,8 +366,9 @@ TEST(Role, TrainerOfAServerJobKnowsTheServers) {
   EXPECT_EQ(vars.at(kTrainingRole), "TRAINER");
   EXPECT_EQ(vars.at(kPserverEndpoints), "127.0.0.2:8000,127.0.0.2:8001");
   EXPECT_EQ(vars.at(kTrainerId), "1");
-  EXPECT_EQ(vars.count(kServerPort), 0u) << "PADDLE_PORT is a server's";
-  EXPECT_EQ(vars.count(kPodIp), 0u) << "POD_IP is a server's";
+  EXPECT_EQ(vars.at(kPaddleRole), "TRAINER") << "Paddle 2.x's name of the role";
+  EXPECT_EQ(vars.at(kServerPort), "6171") << "the fleet and 2.x launchers give trainers theirs";
+  EXPECT_EQ(vars.at(kPodIp), "127.0.0.1");
   const auto back = from_env(vars);
   ASSERT_TRUE(back);
   EXPECT_EQ(back->role, Role::kTrainer);
@@ -372,9 +376,70 @@ TEST(Role, TrainerOfAServerJobKnowsTheServers) {
   EXPECT_EQ(back->server_endpoints, c.server_endpoints);
 }
 
+TEST(Role, HeterWorkerWriteThenReadBack) {
+  // Two trainers, stage 2 with one heter worker on gpu, stage 3 with two on xpu.
+  WorkerContract c = server_contract(0);
+  const std::vector<Endpoint> s2 = {{"127.0.0.3", 9000}};
+  const std::vector<Endpoint> s3 = {{"127.0.0.3", 9001}, {"127.0.0.3", 9002}};
+  c.heter_stages = {HeterStage{"gpu", s2}, HeterStage{"xpu", s3}};
+  c.heter_endpoints = {s2[0], s3[0], s3[1]};
+  c.role = Role::kHeterTrainer;
+  c.rank = 2;
+  c.stage = 3;
+  c.local_rank = 2;
+  c.local_world_size = 3;
+  c.current = s3[1];
+  EnvMap vars = to_env(c);
+  EXPECT_EQ(vars.at(kTrainingRole), "HETER_TRAINER");
+  EXPECT_EQ(vars.at(kPaddleRole), "HETER_TRAINER");
+  EXPECT_EQ(vars.at(kAllHeterEndpoints), "127.0.0.3:9000,127.0.0.3:9001,127.0.0.3:9002");
+  EXPECT_EQ(vars.at(kPreviousHeterEndpoints), "127.0.0.3:9000");
+  EXPECT_EQ(vars.at(kNextHeterEndpoints), "") << "the last stage has none";
+  EXPECT_EQ(vars.at(kHeterDeviceType), "xpu");
+  EXPECT_EQ(vars.at(kStageId), "3");
+  EXPECT_EQ(vars.at(kStageNum), "3");
+  EXPECT_EQ(vars.at(kStageTrainersNum), "[2, 1, 2]");
+  EXPECT_EQ(vars.at(kServerPort), "9002");
+  EXPECT_EQ(vars.at(kPodIp), "127.0.0.3");
+  EXPECT_EQ(vars.count(kTrainerId), 0u);
+  EXPECT_EQ(vars.count(kRank), 0u);
+  const auto back = from_env(vars);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->role, Role::kHeterTrainer);
+  EXPECT_EQ(back->rank, 2) << "its position in the heter list";
+  EXPECT_EQ(back->local_world_size, 3);
+
+  // A trainer of that job is stage 1: previous none, next stage 2, device cpu.
+  WorkerContract t = two_rank_contract(1);
+  t.server_endpoints = c.server_endpoints;
+  t.heter_endpoints = c.heter_endpoints;
+  t.heter_stages = c.heter_stages;
+  vars = to_env(t);
+  EXPECT_EQ(vars.at(kStageId), "1");
+  EXPECT_EQ(vars.at(kPreviousHeterEndpoints), "");
+  EXPECT_EQ(vars.at(kNextHeterEndpoints), "127.0.0.3:9000");
+  EXPECT_EQ(vars.at(kHeterDeviceType), "cpu");
+  // Stage 2's previous stage is the trainers.
+  c.rank = 0;
+  c.stage = 2;
+  c.local_rank = 0;
+  c.current = s2[0];
+  vars = to_env(c);
+  EXPECT_EQ(vars.at(kPreviousHeterEndpoints), "127.0.0.1:6170,127.0.0.1:6171");
+  EXPECT_EQ(vars.at(kNextHeterEndpoints), "127.0.0.3:9001,127.0.0.3:9002");
+  // Inconsistent: a stage that does not hold the worker, a heter worker without the list.
+  c.stage = 3;
+  EXPECT_THROW(to_env(c), EnvError);
+  EnvMap partial = to_env(server_contract(0));
+  partial[kTrainingRole] = "HETER_TRAINER";
+  EXPECT_THROW(from_env(partial), EnvError);
+}
+
 TEST(Role, ServerWriteThenReadBack) {
   const EnvMap vars = to_env(server_contract(1));
   EXPECT_EQ(vars.at(kTrainingRole), "PSERVER");
+  EXPECT_EQ(vars.at(kPaddleRole), "PSERVER");
+  EXPECT_EQ(vars.at(kPaddleNnodes), "1");
   EXPECT_EQ(vars.at(kPserverEndpoints), "127.0.0.2:8000,127.0.0.2:8001");
   EXPECT_EQ(vars.at(kCurrentEndpoint), "127.0.0.2:8001");
   EXPECT_EQ(vars.at(kTrainersNum), "2");

@@ -82,7 +82,8 @@ TEST(PsLaunch, TwoServersAndTwoTrainersGetTheirContract) {
     EXPECT_TRUE(contains(tlog, "ENV PADDLE_TRAINER_ID=" + I + "\n"));
     EXPECT_TRUE(contains(tlog, "ENV PADDLE_PSERVERS_IP_PORT_LIST=" + servers[0] + "\n"));
     EXPECT_TRUE(contains(tlog, "ENV PADDLE_CURRENT_ENDPOINT=" + trainer_list[i].str() + "\n"));
-    EXPECT_TRUE(contains(tlog, "ENV PADDLE_PORT=<unset>\n"));
+    EXPECT_TRUE(contains(tlog, "ENV PADDLE_PORT=" + std::to_string(trainer_list[i].port) + "\n"))
+        << "a trainer's own port, as the fleet and 2.x launchers give it";
   }
   EXPECT_FALSE(fs::exists(logs / "serverlog.2"));
   EXPECT_FALSE(fs::exists(logs / "workerlog.2"));
@@ -136,6 +137,21 @@ TEST(PsLaunch, ServersStillRunningAfterTheTrainersAreStoppedAndTheJobSucceeds) {
   EXPECT_TRUE(contains(err, "2 server(s) were stopped after them")) << err;
   EXPECT_FALSE(contains(err, "job failed")) << err;
   ASSERT_EQ(run.server_pids().size(), 2u) << err;
+  expect_nothing_left(every_group(run));
+}
+
+TEST(PsLaunch, ByDefaultServersStopAsSoonAsTheTrainersAreDone) {
+  TempDir tmp;
+  const fs::path logs = tmp.path() / "logs";
+  // Servers that would serve a minute (as Paddle's serve forever): stopped at once, no grace.
+  LaunchRun run(tmp, ps_args(logs, {}, {"--server_sleep_ms", "60000"}));
+  ASSERT_EQ(run.wait(milliseconds(10'000)), 0) << run.err();
+  EXPECT_LT(run.elapsed(), milliseconds(5000)) << "neither a grace nor the kill timeout";
+  const std::string err = run.err();
+  EXPECT_EQ(count(err, "all workers exit, going to finish parameter server\n"), 1) << err;
+  EXPECT_EQ(count(err, "all parameter server are killed"), 1) << err;
+  EXPECT_TRUE(contains(err, "2 server(s) were stopped after them")) << err;
+  EXPECT_FALSE(contains(err, "--server_grace")) << err;
   expect_nothing_left(every_group(run));
 }
 

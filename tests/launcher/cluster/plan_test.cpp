@@ -278,6 +278,84 @@ std::string plan_error(const JobConfig& config, const PlanInputs& in) {
   return "";
 }
 
+TEST(PsPlan, HeterWorkersAfterTheTrainers) {
+  // 1 server, 2 trainers, stage 2: 1 gpu worker, stage 3: 2 xpu workers; one node, free ports.
+  JobConfig config = ps(1, 2);
+  config.heter = {JobConfig::HeterStage{"gpu", 1, {}}, JobConfig::HeterStage{"xpu", 2, {}}};
+  FakePicker picker{{5001, 5002, 5003, 5004, 5005, 5006}};
+  const ClusterPlan plan = make_plan(config, inputs(picker, 12));
+  EXPECT_EQ(env::join_endpoints(plan.server_endpoints), "127.0.0.1:5001");
+  EXPECT_EQ(env::join_endpoints(plan.endpoints), "127.0.0.1:5002,127.0.0.1:5003");
+  EXPECT_EQ(env::join_endpoints(plan.heter_endpoints),
+            "127.0.0.1:5004,127.0.0.1:5005,127.0.0.1:5006");
+  ASSERT_EQ(plan.heter_stages.size(), 2u);
+  EXPECT_EQ(plan.heter_stages[1].device, "xpu");
+  ASSERT_EQ(plan.local.size(), 6u);
+  EXPECT_EQ(*plan.omp_threads_defaulted, 2) << "12 cores over 6 local processes";
+  const PlannedWorker& h = plan.local[5];
+  EXPECT_EQ(h.contract.role, env::Role::kHeterTrainer);
+  EXPECT_EQ(h.contract.rank, 2);
+  EXPECT_EQ(h.contract.local_rank, 2);
+  EXPECT_EQ(h.env.at("TRAINING_ROLE"), "HETER_TRAINER");
+  EXPECT_EQ(h.env.at("STAGE_ID"), "3");
+  EXPECT_EQ(h.env.at("HETER_DEVICE_TYPE"), "xpu");
+  EXPECT_EQ(h.env.at("PADDLE_PREVIOUS_HETER_TRAINER_IP_PORT_LIST"), "127.0.0.1:5004");
+  EXPECT_EQ(h.env.at("PADDLE_STAGE_TRAINERS_NUM"), "[2, 1, 2]");
+  EXPECT_EQ(h.env.at("PADDLE_PORT"), "5006");
+  EXPECT_EQ(h.env.count("PADDLE_TRAINER_ID"), 0u);
+  const PlannedWorker& t = plan.local[1];
+  EXPECT_EQ(t.env.at("PADDLE_NEXT_HETER_TRAINER_IP_PORT_LIST"), "127.0.0.1:5004");
+  EXPECT_EQ(t.env.at("STAGE_NUM"), "3");
+  EXPECT_EQ(plan.local[0].env.at("PADDLE_ALL_HETER_TRAINER_IP_PORT_LIST"),
+            "127.0.0.1:5004,127.0.0.1:5005,127.0.0.1:5006");
+  EXPECT_EQ(plan.local[0].env.count("STAGE_ID"), 0u) << "servers get the list alone";
+  EXPECT_EQ(local_endpoint_count(config), 6);
+  EXPECT_NE(describe_plan(plan).find("heter worker 0 (local heter worker 0) environment"),
+            std::string::npos);
+}
+
+TEST(PsPlan, HeterWorkersOnTwoNodesAreStageMajor) {
+  // Node k publishes 1 server, 1 trainer, 2 heter workers of stage 2 (node-major blocks); the
+  // heter list is the stage's workers of node 0 then node 1.
+  JobConfig config = ps(1, 1);
+  config.heter = {JobConfig::HeterStage{"gpu", 2, {}}};
+  FakePicker unused;
+  PlanInputs in = inputs(unused);
+  in.cluster_endpoints = std::vector<env::Endpoint>{
+      {"10.0.0.1", 1}, {"10.0.0.1", 2}, {"10.0.0.1", 3}, {"10.0.0.1", 4},
+      {"10.0.0.2", 1}, {"10.0.0.2", 2}, {"10.0.0.2", 3}, {"10.0.0.2", 4}};
+  in.node_rank = 1;
+  const ClusterPlan plan = make_plan(config, in);
+  EXPECT_EQ(env::join_endpoints(plan.heter_endpoints),
+            "10.0.0.1:3,10.0.0.1:4,10.0.0.2:3,10.0.0.2:4");
+  ASSERT_EQ(plan.local.size(), 4u);
+  EXPECT_EQ(plan.local[2].contract.rank, 2) << "node 1's first heter worker";
+  EXPECT_EQ(plan.local[3].env.at("PADDLE_CURRENT_ENDPOINT"), "10.0.0.2:4");
+}
+
+TEST(PsPlan, ListedHeterWorkersStartWhereTheirHostIs) {
+  JobConfig config;
+  config.server_num = 1;
+  config.worker_num = 1;
+  config.servers = {{"10.0.0.1", 7000}};
+  config.workers = {{"10.0.0.1", 7001}};
+  config.heter = {JobConfig::HeterStage{"gpu", 2, {{"10.0.0.1", 7002}, {"10.0.0.2", 7002}}}};
+  config.node_ip = "10.0.0.2";
+  FakePicker picker;
+  const ClusterPlan plan = make_plan(config, inputs(picker));
+  ASSERT_EQ(plan.local.size(), 1u) << "only the heter worker on 10.0.0.2";
+  EXPECT_EQ(plan.local[0].contract.role, env::Role::kHeterTrainer);
+  EXPECT_EQ(plan.local[0].contract.rank, 1);
+  EXPECT_EQ(plan.local[0].env.at("PADDLE_PREVIOUS_HETER_TRAINER_IP_PORT_LIST"), "10.0.0.1:7001");
+  config.node_ip = "10.0.0.9";
+  try {
+    make_plan(config, inputs(picker));
+    ADD_FAILURE() << "planned a node that starts nothing";
+  } catch (const PlanError& e) {
+    EXPECT_NE(std::string(e.what()).find("--heter_workers"), std::string::npos) << e.what();
+  }
+}
+
 TEST(PsPlan, OneNodeFreePortsServersFirst) {
   FakePicker picker{{5001, 5002, 5003, 5004, 5005}};
   const ClusterPlan plan = make_plan(ps(2, 3), inputs(picker, 10));
@@ -320,8 +398,10 @@ TEST(PsPlan, OneNodeFreePortsServersFirst) {
     EXPECT_EQ(t.env.at("LOCAL_WORLD_SIZE"), "3");
     EXPECT_EQ(t.env.at("PADDLE_PSERVERS_IP_PORT_LIST"), "127.0.0.1:5001,127.0.0.1:5002");
     EXPECT_EQ(t.env.at("PADDLE_CURRENT_ENDPOINT"), "127.0.0.1:" + std::to_string(5003 + i));
-    EXPECT_EQ(t.env.count("PADDLE_PORT"), 0u);
-    EXPECT_EQ(t.env.count("POD_IP"), 0u);
+    EXPECT_EQ(t.env.at("PADDLE_PORT"), std::to_string(5003 + i)) << "its own, as fleet and 2.x";
+    EXPECT_EQ(t.env.at("POD_IP"), "127.0.0.1");
+    EXPECT_EQ(t.env.at("PADDLE_ROLE"), "TRAINER");
+    EXPECT_EQ(t.env.count("STAGE_ID"), 0u) << "no heter workers, no stages";
     const auto back = env::from_env(t.env);
     ASSERT_TRUE(back);
     EXPECT_EQ(back->rank, i);

@@ -193,7 +193,7 @@ TEST(Options, ParameterServerCounts) {
   EXPECT_EQ(o.server_num, 2);
   EXPECT_EQ(o.worker_num, 3);
   EXPECT_EQ(o.nproc_per_node, 3) << "the trainers per node";
-  EXPECT_EQ(o.server_grace_or_default(), o.kill_timeout) << "the grace defaults to kill_timeout";
+  EXPECT_FALSE(o.server_grace) << "no grace by default: servers stop with the trainers";
 
   LaunchOptions by_nproc = parse({"--server_num=1", "--nproc_per_node=4", "train"});
   EXPECT_EQ(by_nproc.worker_num, 4) << "without --worker_num, --nproc_per_node counts trainers";
@@ -203,7 +203,7 @@ TEST(Options, ParameterServerCounts) {
   EXPECT_EQ(gpus.worker_num, 2) << "one trainer per selected GPU";
   EXPECT_EQ(gpus.selected_gpus, (std::vector<int>{4, 5}));
   LaunchOptions graced = parse({"--server_num=1", "--server_grace=0.25", "--kill_timeout=3", "w"});
-  EXPECT_EQ(graced.server_grace_or_default(), std::chrono::milliseconds(250));
+  EXPECT_EQ(graced.server_grace, std::chrono::milliseconds(250));
   EXPECT_FALSE(parse({"train"}).ps_job()) << "a collective job by default";
   EXPECT_EQ(parse({"train"}).server_num, 0);
 }
@@ -238,7 +238,7 @@ TEST(Options, DescribeShowsParameterServerFlagsOnlyForSuchJobs) {
   EXPECT_NE(ps.find("server_grace: 2\n"), std::string::npos) << ps;
   const std::string counts = describe_options(parse({"--server_num=2", "--worker_num=3", "w"}));
   EXPECT_NE(counts.find("servers: None\n"), std::string::npos) << counts;
-  EXPECT_NE(counts.find("server_grace: 10\n"), std::string::npos) << counts;
+  EXPECT_NE(counts.find("server_grace: None\n"), std::string::npos) << counts;
   const std::string collective = describe_options(parse({"w"}));
   EXPECT_EQ(collective.find("server"), std::string::npos) << collective;
   EXPECT_EQ(collective.find("worker_num"), std::string::npos) << collective;
@@ -647,10 +647,90 @@ TEST(CommandLines, PaddleSpellings) {
   EXPECT_EQ(o.worker_num, 3) << "Paddle 2.x's --trainer_num is --worker_num";
   o = parse({"--servers=127.0.0.1:6170", "--trainers=127.0.0.1:6171,127.0.0.1:6172", "train"});
   EXPECT_EQ(o.workers.size(), 2u) << "Paddle 2.x's --trainers is --workers";
-  EXPECT_NE(error_of({"--run_mode=ps", "w"}).find("needs --server_num or --servers"),
+  EXPECT_NE(error_of({"--run_mode=rpc", "w"}).find("expected collective, ps or ps-heter"),
             std::string::npos);
-  EXPECT_NE(error_of({"--run_mode=rpc", "w"}).find("expected collective or ps"), std::string::npos);
 }
+
+TEST(CommandLines, RunModePsWithoutCountsIsOneServerAndOneTrainer) {
+  // Paddle 2.x's ps controller: server_num or 1, trainer_num or 1.
+  LaunchOptions o = parse({"--run_mode=ps", "train"});
+  EXPECT_TRUE(o.ps_job());
+  EXPECT_EQ(o.server_num, 1);
+  EXPECT_EQ(o.worker_num, 1);
+  EXPECT_TRUE(o.unused_flags.empty());
+  // It ignores --nproc_per_node and --devices: so do we, and say so.
+  o = parse({"--run_mode=ps", "--nproc_per_node=2", "--devices=0,1", "--server_num=2", "train"});
+  EXPECT_EQ(o.server_num, 2);
+  EXPECT_EQ(o.worker_num, 1);
+  EXPECT_EQ(o.nproc_per_node, 1);
+  EXPECT_TRUE(o.selected_gpus.empty()) << "the trainers get no devices";
+  EXPECT_EQ(o.unused_flags, (std::vector<std::string>{"--nproc_per_node=2", "--devices=0,1"}));
+  EXPECT_EQ(parse({"--run_mode=ps", "--trainer_num=3", "train"}).worker_num, 3);
+  // Without --run_mode the fleet rule stays: --nproc_per_node counts the trainers.
+  EXPECT_EQ(parse({"--server_num=1", "--nproc_per_node=3", "train"}).worker_num, 3);
+}
+
+TEST(CommandLines, FleetWorkersWithoutPortsGetPaddlesPorts) {
+  // test_fleet_launch_ps.sh: --workers="127.0.0.1,127.0.0.1" with two servers.
+  const LaunchOptions o =
+      parse({"--servers=127.0.0.1:36001,127.0.0.1:36002", "--workers=127.0.0.1,127.0.0.1", "w"});
+  EXPECT_EQ(env::join_endpoints(o.workers), "127.0.0.1:6172,127.0.0.1:6173");
+}
+
+TEST(CommandLines, HeterWorkers) {
+  LaunchOptions o = parse({"--server_num=2", "--worker_num=2", "--heter_worker_num=2", "w"});
+  ASSERT_EQ(o.heter.size(), 1u);
+  EXPECT_EQ(o.heter[0].count, 2);
+  EXPECT_EQ(o.heter[0].device, "gpu") << "the default device of a heter stage";
+  EXPECT_EQ(o.run_mode(), "ps-heter");
+  o = parse({"--server_num=1", "--heter_worker_num=1;2", "--heter_devices=gpu;xpu", "w"});
+  ASSERT_EQ(o.heter.size(), 2u);
+  EXPECT_EQ(o.heter[1].count, 2);
+  EXPECT_EQ(o.heter[1].device, "xpu");
+  EXPECT_EQ(o.heter_per_node(), 3);
+  o = parse({"--servers=127.0.0.1:7000", "--workers=127.0.0.1:7001",
+             "--heter_workers=127.0.0.1:7002;127.0.0.1:7003,127.0.0.1:7004", "w"});
+  ASSERT_EQ(o.heter.size(), 2u);
+  EXPECT_EQ(o.heter[1].count, 2);
+  EXPECT_EQ(env::join_endpoints(o.heter[1].endpoints), "127.0.0.1:7003,127.0.0.1:7004");
+  o = parse({"--run_mode=ps-heter", "--heter_worker_num=1", "w"});
+  EXPECT_EQ(o.server_num, 1);
+  EXPECT_EQ(o.heter_per_node(), 1);
+  const std::string config = describe_options(
+      parse({"--server_num=1", "--heter_worker_num=1;2", "--heter_devices=gpu;xpu", "w"}));
+  EXPECT_NE(config.find("heter_worker_num: 1;2\n"), std::string::npos) << config;
+  EXPECT_NE(config.find("heter_devices: gpu;xpu\n"), std::string::npos) << config;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    HeterWorkers, BadOptions,
+    ::testing::Values(
+        BadCase{{"--heter_worker_num=2", "w"},
+                {"--heter_worker_num", "needs --server_num or --servers"}},
+        BadCase{{"--server_num=1", "--heter_devices=gpu", "w"},
+                {"--heter_devices", "needs heter workers"}},
+        BadCase{{"--run_mode=ps-heter", "w"}, {"--run_mode", "ps-heter", "--heter_worker_num"}},
+        BadCase{{"--server_num=1", "--heter_worker_num=0", "w"}, {"--heter_worker_num", "'0'"}},
+        BadCase{{"--server_num=1", "--heter_worker_num=1;x", "w"}, {"--heter_worker_num", "x"}},
+        BadCase{{"--server_num=1", "--heter_worker_num=1;1", "--heter_devices=gpu", "w"},
+                {"--heter_devices", "one device per heter stage: 2 stage(s)"}},
+        BadCase{{"--server_num=1", "--heter_workers=127.0.0.1:7002", "w"},
+                {"--heter_workers", "--servers, --workers"}},
+        BadCase{{"--servers=127.0.0.1:7000", "--workers=127.0.0.1:7001", "--heter_worker_num=1",
+                 "w"},
+                {"--heter_worker_num", "--heter_workers"}},
+        BadCase{{"--servers=127.0.0.1:7000", "--workers=127.0.0.1:7001",
+                 "--heter_workers=127.0.0.1:7002;127.0.0.1:7003", "--heter_worker_num=1", "w"},
+                {"--heter_worker_num", "1 stage(s), but --heter_workers lists 2"}},
+        BadCase{{"--servers=127.0.0.1:7000", "--workers=127.0.0.1:7001",
+                 "--heter_workers=127.0.0.1:7002,127.0.0.1:7003", "--heter_worker_num=1", "w"},
+                {"--heter_worker_num", "stage 2 has 1 but --heter_workers lists 2"}},
+        BadCase{{"--servers=127.0.0.1:7000", "--workers=127.0.0.1:7001",
+                 "--heter_workers=127.0.0.1:7001", "w"},
+                {"--heter_workers", "127.0.0.1:7001", "listed twice"}},
+        BadCase{{"--servers=127.0.0.1:7000", "--workers=127.0.0.1:7001",
+                 "--heter_workers=127.0.0.1", "w"},
+                {"--heter_workers", "ip:port"}}));
 
 TEST(CommandLines, SelectedGpusAreRelativeToCudaVisibleDevices) {
   const env::EnvMap visible{{"CUDA_VISIBLE_DEVICES", "4,5"}};

@@ -290,6 +290,30 @@ TEST(SupervisorServerGrace, HangGuardIsOffWhileTheServersHaveTheirGrace) {
   EXPECT_EQ(count(log.str(), "(--server_grace): stopping them"), 1) << log.str();
 }
 
+TEST(SupervisorServerGrace, WithoutGraceServersStopAtOnceWithPaddlesLines) {
+  TempDir dir;
+  CapturedLog log;
+  const auto launches = mixed_job(
+      [](env::Role role, int) {
+        return role == env::Role::kServer
+                   ? std::vector<std::string>{"--sleep_ms", "60000"}
+                   : std::vector<std::string>{"--sleep_ms", "200"};
+      },
+      Generation());
+  SupervisorOptions o = options_with_logs(dir);  // no server_grace: Paddle's rule
+  const auto start = Clock::now();
+  const JobOutcome outcome = supervise(launches, o);
+  EXPECT_EQ(outcome.exit_code, 0) << log.str();
+  EXPECT_EQ(outcome.servers_stopped, 2);
+  EXPECT_LT(Clock::now() - start, milliseconds(5000)) << "not kill_timeout nor a grace later";
+  const std::string text = log.str();
+  EXPECT_EQ(count(text, "all workers exit, going to finish parameter server"), 1) << text;
+  EXPECT_EQ(count(text, "all parameter server are killed"), 1) << text;
+  EXPECT_LT(text.find("going to finish parameter server"), text.find("server are killed"));
+  EXPECT_FALSE(contains(text, "heter_worker")) << "no heter workers here: 1.8's words";
+  EXPECT_FALSE(contains(text, "--server_grace")) << text;
+}
+
 TEST(SupervisorServerGrace, AServerFailingDuringTheGraceFailsTheJob) {
   TempDir dir;
   CapturedLog log;
