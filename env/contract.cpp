@@ -459,8 +459,9 @@ std::optional<WorkerContract> from_env(const EnvMap& env) {
     c.local_world_size = static_cast<int>(std::count_if(
         peers.begin(), peers.end(), [&](const Endpoint& e) { return e.host == c.current.host; }));
   }
-  if (auto g = lookup(env, kSelectedGpus)) {
-    // Paddle allows "0,1" for a process that drives several GPUs; we drive one per worker.
+  if (auto g = lookup(env, kSelectedGpus); g && !g->empty()) {
+    // Paddle allows "0,1" for a process that drives several GPUs; we drive one per worker. Empty
+    // is a CPU worker (Paddle 1.8 and the fleet launcher give CPU workers an empty list).
     c.gpu = parse_non_negative_int(*g, kSelectedGpus);
   }
   if (auto v = lookup(env, kJobId)) c.job_id = *v;

@@ -1,5 +1,6 @@
 #include "logging/log.h"
 
+#include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <unistd.h>
 
@@ -7,6 +8,15 @@
 #include <cctype>
 
 namespace ddl::logging {
+namespace {
+
+// The line format init() gave the default logger ("" before init: spdlog's own).
+std::string& line_pattern() {
+  static std::string pattern;
+  return pattern;
+}
+
+}  // namespace
 
 spdlog::level::level_enum parse_level(std::string_view text) {
   std::string t(text);
@@ -40,11 +50,23 @@ void init(std::string_view role, spdlog::level::level_enum level) {
   // whole lines arriving promptly.
   auto logger = std::make_shared<spdlog::logger>(
       "ddl", std::make_shared<spdlog::sinks::stderr_sink_mt>());
-  logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%l] [" + std::string(host) + " " +
-                      std::string(role) + "] %v");
+  line_pattern() =
+      "[%Y-%m-%d %H:%M:%S.%e] [%l] [" + std::string(host) + " " + std::string(role) + "] %v";
+  logger->set_pattern(line_pattern());
   logger->set_level(level);
   logger->flush_on(spdlog::level::trace);
   spdlog::set_default_logger(std::move(logger));
+}
+
+FileCopy::FileCopy(const std::string& path)
+    : sink_(std::make_shared<spdlog::sinks::basic_file_sink_mt>(path, /*truncate=*/false)) {
+  if (!line_pattern().empty()) sink_->set_pattern(line_pattern());
+  spdlog::default_logger()->sinks().push_back(sink_);
+}
+
+FileCopy::~FileCopy() {
+  auto& sinks = spdlog::default_logger()->sinks();
+  sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
 }
 
 }  // namespace ddl::logging

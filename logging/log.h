@@ -4,6 +4,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -26,5 +27,20 @@ void init(std::string_view role, spdlog::level::level_enum level);
 
 // The role string for a worker of global rank `rank`.
 std::string rank_role(int rank);
+
+// While it lives, every line the default logger writes (at its level) is also appended to the
+// file `path`, in the same format. Throws spdlog::spdlog_ex when the file cannot be opened. Make
+// it before other threads log and let it go after they stopped: the logger's sinks are not
+// guarded against concurrent changes.
+class FileCopy {
+ public:
+  explicit FileCopy(const std::string& path);
+  ~FileCopy();
+  FileCopy(const FileCopy&) = delete;
+  FileCopy& operator=(const FileCopy&) = delete;
+
+ private:
+  std::shared_ptr<spdlog::sinks::sink> sink_;
+};
 
 }  // namespace ddl::logging

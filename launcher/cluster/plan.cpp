@@ -123,6 +123,10 @@ PlannedWorker make_spec(env::WorkerContract c, const JobConfig& config, const Pl
     w.env[env::kNcclAsyncErrorHandling] = "1";  // torchrun's default
   }
   if (config.log_level) w.env[env::kLogLevel] = *config.log_level;
+  if (w.contract.role == env::Role::kTrainer && !config.ps_job()) {
+    if (!w.contract.gpu && config.empty_gpus_on_cpu) w.env[env::kSelectedGpus] = "";
+    if (config.distri_backend) w.env[env::kPaddleDistriBackend] = *config.distri_backend;
+  }
   // As torchrun runs scripts with -u: output arrives line by line (the hang guard and the
   // console see it), also from a Python program started by the worker.
   if (!env::lookup(inputs.caller_env, env::kPythonUnbuffered)) w.env[env::kPythonUnbuffered] = "1";

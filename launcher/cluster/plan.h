@@ -94,6 +94,12 @@ struct JobConfig {
   // DDL_RENDEZVOUS_TIMEOUT_MS; unset: the contract's default.
   std::optional<std::chrono::milliseconds> rendezvous_timeout;
   int max_restarts = 0;  // TORCHELASTIC_MAX_RESTARTS
+  // A collective job's trainers without a GPU get FLAGS_selected_gpus="" (an empty device list,
+  // as Paddle 1.8 and the fleet launcher give CPU workers); false: not set (Paddle 2.x, torchrun).
+  bool empty_gpus_on_cpu = false;
+  // PADDLE_DISTRI_BACKEND for a collective job's trainers (--backend); unset: "gloo" for those
+  // without a GPU only (env::to_env).
+  std::optional<std::string> distri_backend;
 
   // This node's index in node_ips (node_ips.size() when it is not there).
   int node_index() const;

@@ -9,8 +9,10 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
+#include <random>
 #include <set>
 #include <vector>
 
@@ -26,6 +28,7 @@
 #include "launcher/report/run_report.h"
 #include "launcher/supervise/supervisor.h"
 #include "launcher/supervise/worker_lookup.h"
+#include "logging/log.h"
 #include "net/ports.h"
 
 namespace ddl::launcher {
@@ -317,14 +320,18 @@ WorkerCommand resolve_worker(const LaunchOptions& options, const JobContext& con
 }
 
 // The processes of `plan` as the supervisor starts them: WORKER with its arguments, in the
-// caller's environment with the plan's variables on top.
+// caller's environment with the plan's variables on top. In Paddle 2.x's log folder each role's
+// logs on this node are numbered from 0, as Paddle 2.x names them (workerlog.0, serverlog.0).
 std::vector<Worker> launches_of(const ClusterPlan& plan, const LaunchOptions& options,
                                 const WorkerCommand& command, const env::EnvMap& caller_env) {
   std::vector<Worker> launches;
+  std::map<env::Role, int> local_index;
   for (const PlannedWorker& spec : plan.local) {
     Worker l;
     l.role = spec.contract.role;
     l.index = spec.contract.rank;
+    const int local = local_index[l.role]++;
+    if (options.paddle2_log_folder()) l.log_file = log_file_name(l.role, local);
     l.echo = shown_on_console(options, spec);
     l.executable = command.executable;
     l.args = command.args;
@@ -337,6 +344,28 @@ std::vector<Worker> launches_of(const ClusterPlan& plan, const LaunchOptions& op
       std::count_if(launches.begin(), launches.end(), [](const Worker& l) { return *l.echo; });
   for (Worker& l : launches) l.prefix_echo = shown > 1;
   return launches;
+}
+
+// Paddle 2.x's log folder (LaunchOptions::paddle2_log_folder): LOG_DIR holds what Paddle 2.x's
+// holds, the workers' logs and the launcher's own log as <job_id>.<pod>.log (the pod: six random
+// lowercase letters, as Paddle names its pods); the run report, the stack dumps and the workers'
+// error files go to the sibling folder LOG_DIR.launch, so that LOG_DIR's listing is Paddle's.
+struct Paddle2LogFolder {
+  std::string pod_log;   // LOG_DIR/<job_id>.<pod>.log
+  std::string side_dir;  // LOG_DIR.launch
+};
+
+Paddle2LogFolder paddle2_log_folder(const LaunchOptions& options) {
+  std::random_device device;
+  std::string pod;
+  for (int i = 0; i < 6; ++i) pod += static_cast<char>('a' + device() % 26);
+  const std::filesystem::path dir = std::filesystem::absolute(*options.log_dir).lexically_normal();
+  // "log/" normalizes to "log/" with an empty file name: take its parent's "log".
+  const std::filesystem::path named = dir.has_filename() ? dir : dir.parent_path();
+  Paddle2LogFolder folder;
+  folder.pod_log = (named / (options.job_id.value_or("default") + "." + pod + ".log")).string();
+  folder.side_dir = named.string() + ".launch";
+  return folder;
 }
 
 // How the supervisor runs this node's processes, short of a multi-node job's hooks and the run
@@ -367,6 +396,7 @@ class JobRun {
   JobRun& operator=(const JobRun&) = delete;
 
   int run() {
+    start_paddle2_log_folder();
     log_environment_defaults(options_);
     command_ = resolve_worker(options_, context_);
     topology_ = resolve_topology(options_, context_.caller_env);  // node rank: maybe assigned below
@@ -388,6 +418,7 @@ class JobRun {
       return launches_for(generation);
     };
     SupervisorOptions sup = supervisor_options(options_, topology_, first_generation_);
+    if (paddle2_folder_) sup.report_dir = paddle2_folder_->side_dir;
     add_report(sup);
     spdlog::debug("job {}: world size {}", job_id_, plan_.world_size);
     if (!control_) return supervise(generations, sup).exit_code;
@@ -395,6 +426,25 @@ class JobRun {
   }
 
  private:
+  // Paddle 2.x's log folder: this launcher's lines from here on also go to LOG_DIR/<job>.<pod>.log.
+  void start_paddle2_log_folder() {
+    if (!options_.paddle2_log_folder()) return;
+    paddle2_folder_ = paddle2_log_folder(options_);
+    try {
+      std::filesystem::create_directories(*options_.log_dir);
+      pod_log_.emplace(paddle2_folder_->pod_log);
+    } catch (const std::exception& e) {
+      throw SupervisorError("cannot write the launcher's log " + paddle2_folder_->pod_log + ": " +
+                            e.what());
+    }
+    spdlog::info(
+        "Paddle 2.x's log folder: {} holds the workers' logs (workerlog.N, serverlog.N by local "
+        "index) and this log, {}; launch's run report (report.html, report.json) and stack dumps "
+        "are in {}",
+        *options_.log_dir, std::filesystem::path(paddle2_folder_->pod_log).filename().string(),
+        paddle2_folder_->side_dir);
+  }
+
   // What every generation's plan starts from: the machine, the caller's environment, the ports.
   void prepare_inputs() {
     inputs_.cores = context_.cores;
@@ -479,7 +529,10 @@ class JobRun {
 
   // torchrun's error files (TORCHELASTIC_ERROR_FILE): in LOG_DIR, else in a scratch folder.
   void choose_error_file_dir() {
-    if (options_.log_dir) {
+    if (paddle2_folder_) {
+      std::filesystem::create_directories(paddle2_folder_->side_dir);
+      inputs_.error_file_dir = paddle2_folder_->side_dir;
+    } else if (options_.log_dir) {
       inputs_.error_file_dir = std::filesystem::absolute(*options_.log_dir).string();
     } else {
       scratch_.emplace();
@@ -584,6 +637,10 @@ class JobRun {
     return exit_code;
   }
 
+  // Paddle 2.x's log folder, when it is one; the copy of this launcher's log lines into it goes
+  // last (other threads, e.g. the control connection's, may log until the members below go).
+  std::optional<Paddle2LogFolder> paddle2_folder_;
+  std::optional<logging::FileCopy> pod_log_;
   const LaunchOptions& options_;
   const JobContext& context_;
   const JobConfig config_;  // what the planner reads of options_

@@ -24,6 +24,12 @@ JobConfig job_config(const LaunchOptions& options) {
   config.log_level = options.log_level_name;
   config.rendezvous_timeout = options.rendezvous_timeout;
   config.max_restarts = options.max_restarts;
+  // Paddle 1.8 and the fleet launcher give CPU workers an empty FLAGS_selected_gpus (so do
+  // launch's own defaults); Paddle 2.x and torchrun set none.
+  config.empty_gpus_on_cpu = options.dialect == Dialect::kOurs ||
+                             options.dialect == Dialect::kPaddle18 ||
+                             options.dialect == Dialect::kFleetrun;
+  if (options.backend) config.distri_backend = options.resolved_backend();
   return config;
 }
 

@@ -20,8 +20,9 @@ namespace {
 // Reads argv from `i` up to WORKER into `flags`; returns the index of WORKER (or argc).
 class ArgvReader {
  public:
-  ArgvReader(int argc, const char* const argv[], GivenFlags& flags)
-      : argc_(argc), argv_(argv), flags_(flags) {}
+  ArgvReader(int argc, const char* const argv[], GivenFlags& flags,
+             std::vector<TypedSpelling>& typed)
+      : argc_(argc), argv_(argv), flags_(flags), typed_(typed) {}
 
   int read() {
     int i = 1;
@@ -39,6 +40,7 @@ class ArgvReader {
   int read_short(const std::string& a, int next) {
     const FlagSpec* f = find_short_flag(a[1]);
     if (f == nullptr) unknown(a);
+    typed_.push_back(TypedSpelling{f, std::string(1, a[1])});
     if (!f->takes_value()) {
       if (a.size() > 2) unknown(a);
       flags_.add(*f, f->name, f->arity == Arity::kBoolean ? "true" : "");
@@ -62,7 +64,11 @@ class ArgvReader {
     const std::optional<FlagMatch> match = find_flag(name);
     if (!match) unknown(a);
     const FlagSpec& f = *match->spec;
-    if (f.is_refused()) throw OptionsError("--" + f.name + " (torchrun's): " + f.refused);
+    typed_.push_back(TypedSpelling{&f, name});
+    if (f.is_refused()) {
+      throw OptionsError("--" + f.name + " (" + origin_name(f.also_in.front()) +
+                         "'s): " + f.refused);
+    }
     if (f.arity == Arity::kSwitch) {
       // --quiet=true / --quiet=false are read as their words say; any other value is an error.
       const std::optional<bool> on = value ? bool_word(*value) : std::optional(true);
@@ -91,6 +97,7 @@ class ArgvReader {
   int argc_;
   const char* const* argv_;
   GivenFlags& flags_;
+  std::vector<TypedSpelling>& typed_;
 };
 
 // torchrun's PET_<FLAG> and Paddle 2.x's PADDLE_<FLAG> defaults (see parse_options in
@@ -278,7 +285,7 @@ std::optional<std::string> GivenFlags::choice(const std::string& name) const {
 
 CommandLine read_command_line(int argc, const char* const argv[], const env::EnvMap& env) {
   CommandLine out;
-  int worker = ArgvReader(argc, argv, out.flags).read();
+  int worker = ArgvReader(argc, argv, out.flags, out.typed).read();
   for (; worker < argc; ++worker) out.worker.emplace_back(argv[worker]);
   EnvironmentDefaults(env, out.flags, out.from_environment).add_all();
   return out;

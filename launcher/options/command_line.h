@@ -48,8 +48,16 @@ class GivenFlags {
   std::map<std::string, std::vector<GivenFlag>> flags_;
 };
 
+// One option as typed on the command line (not from the environment), for telling whose
+// command line this is (LaunchOptions::dialect, through spelling_origins()).
+struct TypedSpelling {
+  const FlagSpec* spec = nullptr;
+  std::string name;  // without the leading dashes and the value: "start_port", "log-dir", "m"
+};
+
 struct CommandLine {
   GivenFlags flags;
+  std::vector<TypedSpelling> typed;  // in command-line order
   std::vector<std::string> worker;  // WORKER first, then its arguments; may be empty
   // The variables that gave a flag its value, as "PET_NNODES=2", in the order they were read.
   std::vector<std::string> from_environment;

@@ -15,22 +15,6 @@ constexpr FlagGroup kGroups[] = {FlagGroup::kWorkers,         FlagGroup::kLogs,
                                  FlagGroup::kParameterServer, FlagGroup::kCompatibility,
                                  FlagGroup::kGeneral};
 
-const char* origin_name(Origin origin) {
-  switch (origin) {
-    case Origin::kOurs:
-      return "launch";
-    case Origin::kTorchrun:
-      return "torchrun";
-    case Origin::kPaddle18:
-      return "Paddle 1.8";
-    case Origin::kFleetrun:
-      return "fleetrun";
-    case Origin::kPaddle2:
-      return "Paddle 2.x";
-  }
-  return "";
-}
-
 std::string dashes(std::string name) {
   for (char& c : name) {
     if (c == '_') c = '-';

@@ -93,10 +93,16 @@ class Flag {
     spec_.doc = std::move(text);
     return *this;
   }
-  Flag& refused(std::string why) {
+  // A flag of `origin` that launch refuses with the one-line error `why`.
+  Flag& refused(std::string why, Origin origin = Origin::kTorchrun) {
     spec_.refused = std::move(why);
     spec_.group = FlagGroup::kCompatibility;
-    spec_.also_in = {Origin::kTorchrun};
+    spec_.also_in = {origin};
+    return *this;
+  }
+  // Its spellings do not tell whose command line this is (see FlagSpec::marks_dialect).
+  Flag& any_dialect() {
+    spec_.marks_dialect = false;
     return *this;
   }
   Flag& config(std::function<std::optional<std::string>(const LaunchOptions&)> f) {
@@ -173,6 +179,23 @@ std::vector<FlagSpec> workers_and_devices() {
             return std::optional(std::to_string(o.nproc_per_node));
           })
           .done());
+  t.push_back(
+      Flag("backend")
+          .value("NAME")
+          .group(FlagGroup::kWorkers)
+          .also_in({Origin::kFleetrun})
+          .default_is("auto")
+          .help("auto, gloo (CPU workers, Gloo) or nccl (one GPU per worker, NCCL); given to the "
+                "workers as PADDLE_DISTRI_BACKEND")
+          .doc("the fleet launcher's collective backend, given to every trainer as "
+               "`PADDLE_DISTRI_BACKEND`: `gloo` runs `--nproc_per_node` CPU workers (GPUs given "
+               "with it are an error); `nccl` one worker per GPU (`--gpus`, else every visible "
+               "GPU; none is an error); `auto` nccl with GPUs, else gloo. Paddle's `bkcl`, `hccl`, "
+               "`cncl`, `heter` and `xccl` name devices launch cannot drive: a one-line error; any "
+               "other value is Paddle's `ValueError`; with a parameter-server job anything but "
+               "`auto` is Paddle's `AssertionError`. Exit 2 for each.")
+          .config([](const LaunchOptions& o) { return std::optional(o.backend.value_or("auto")); })
+          .done());
   t.push_back(Flag("module")
                   .switch_()
                   .short_name('m')
@@ -227,8 +250,9 @@ std::vector<FlagSpec> logs_and_console() {
           .doc("rank N's stdout+stderr go to `DIR/workerlog.N`, N the global rank (truncated at "
                "job start, DIR created if missing); this node's local rank 0 is echoed to the "
                "console unless `--quiet`. Without it every rank prints to the console, each line "
-               "prefixed `[rank N] `, whole lines only (Paddle 2.x's default `log` is not "
-               "followed).")
+               "prefixed `[rank N] `, whole lines only. With Paddle 2.x's flags DIR is Paddle "
+               "2.x's log folder (default `log`): `workerlog.N`/`serverlog.N` by local index and "
+               "the launcher's own `JOB_ID.POD.log`; see [Whose flags](#whose-flags-the-dialect).")
           .config([](const LaunchOptions& o) { return std::optional(or_none(o.log_dir)); })
           .done());
   t.push_back(
@@ -241,6 +265,7 @@ std::vector<FlagSpec> logs_and_console() {
   t.push_back(Flag("log_level")
                   .value("LEVEL")
                   .group(FlagGroup::kLogs)
+                  .any_dialect()
                   .also_in({Origin::kPaddle2})
                   .paddle("PADDLE_LOG_LEVEL")
                   .default_is("info")
@@ -255,6 +280,7 @@ std::vector<FlagSpec> logs_and_console() {
       Flag("log_overwrite")
           .boolean("true")
           .group(FlagGroup::kLogs)
+          .any_dialect()
           .also_in({Origin::kPaddle2})
           .help("truncate the logs at job start; false appends to them")
           .doc("truncate the logs at job start (Paddle 1.8's behaviour); `false` appends to "
@@ -292,6 +318,7 @@ std::vector<FlagSpec> logs_and_console() {
       Flag("print_config")
           .boolean("true")
           .group(FlagGroup::kLogs)
+          .any_dialect()
           .also_in({Origin::kPaddle18})
           .help("print the configuration and each rank's environment")
           .doc("print the `Configuration Arguments` block and the environment of this node's "
@@ -305,6 +332,9 @@ std::vector<FlagSpec> logs_and_console() {
           .group(FlagGroup::kLogs)
           .help("write LOG_DIR/report.json and LOG_DIR/report.html (per rank: exit, CPU, memory, "
                 "training curves; the generations)")
+          .doc("write LOG_DIR/report.json and LOG_DIR/report.html (per rank: exit, CPU, memory, "
+               "training curves; the generations); with Paddle 2.x's flags in the sibling folder "
+               "LOG_DIR.launch/, so that LOG_DIR holds what Paddle 2.x's does.")
           .done());
   return t;
 }
@@ -763,6 +793,13 @@ std::vector<FlagSpec> compatibility() {
                   .refused("CPU binding near GPUs is not done by launch; bind with numactl in "
                            "WORKER")
                   .done());
+  t.push_back(Flag("auto_parallel_config")
+                  .value("FILE")
+                  .refused("needs Paddle's auto-parallel tuner (paddle.distributed.auto_parallel, "
+                           "which searches a parallel strategy by running the job under Paddle's "
+                           "own launcher); launch has none: run the tuned job without it",
+                           Origin::kPaddle2)
+                  .done());
   t.push_back(Flag("duplicate_stdout_filters").value("LIST").refused(shared_log).done());
   t.push_back(Flag("duplicate_stderr_filters").value("LIST").refused(shared_log).done());
   t.push_back(Flag("virtual_local_rank")
@@ -795,6 +832,22 @@ std::string underscores(std::string name) {
 }
 
 }  // namespace
+
+const char* origin_name(Origin origin) {
+  switch (origin) {
+    case Origin::kOurs:
+      return "launch";
+    case Origin::kTorchrun:
+      return "torchrun";
+    case Origin::kPaddle18:
+      return "Paddle 1.8";
+    case Origin::kFleetrun:
+      return "fleetrun";
+    case Origin::kPaddle2:
+      return "Paddle 2.x";
+  }
+  return "";
+}
 
 const char* group_title(FlagGroup group) {
   switch (group) {
@@ -844,6 +897,24 @@ const FlagSpec& flag(const std::string& name) {
     if (f.name == name) return f;
   }
   throw std::logic_error("no flag '" + name + "' in the flag table");
+}
+
+std::vector<Origin> spelling_origins(const FlagSpec& spec, const std::string& typed) {
+  const std::string name = underscores(typed);
+  std::vector<Origin> origins;
+  if (name == spec.name || (name.size() == 1 && name[0] == spec.short_name)) {
+    origins.push_back(Origin::kOurs);
+    origins.insert(origins.end(), spec.also_in.begin(), spec.also_in.end());
+  }
+  for (const Spelling& s : spec.aliases) {
+    if (s.name == name) origins.push_back(s.origin);
+  }
+  if (name == typed) return origins;
+  // The dash form: torchrun's, when torchrun has the name.
+  const bool torchrun =
+      std::find(origins.begin(), origins.end(), Origin::kTorchrun) != origins.end();
+  return torchrun ? std::vector<Origin>{Origin::kOurs, Origin::kTorchrun}
+                  : std::vector<Origin>{Origin::kOurs};
 }
 
 std::vector<std::string> reported_spellings(const FlagSpec& spec) {

@@ -21,8 +21,12 @@
 
 namespace ddl::launcher {
 
-// Where a spelling comes from, for the docs' side-by-side columns.
+// Where a spelling comes from, for the docs' side-by-side columns and for telling which
+// launcher's flags a command line uses (LaunchOptions::dialect). The same launchers, in the same
+// order, as Dialect (options.h).
 enum class Origin { kOurs, kTorchrun, kPaddle18, kFleetrun, kPaddle2 };
+// "launch", "torchrun", "Paddle 1.8", "fleetrun", "Paddle 2.x".
+const char* origin_name(Origin origin);
 
 // The topics --help and the docs group flags by, in this order.
 enum class FlagGroup {
@@ -90,6 +94,9 @@ struct FlagSpec {
   std::string doc;   // the docs' "meaning" (markdown); `help` when empty
   // A flag of another launcher that launch refuses, with why: the one-line error.
   std::string refused;
+  // False for flags that say nothing about whose command line this is (--log_level,
+  // --print_config, --log_overwrite: every user of launch types them); see LaunchOptions::dialect.
+  bool marks_dialect = true;
   // Its --print_config line's value, or nullopt when the job does not print it.
   std::function<std::optional<std::string>(const LaunchOptions&)> config;
 
@@ -113,6 +120,11 @@ const FlagSpec* find_short_flag(char c);
 const FlagSpec& flag(const std::string& name);
 // The flag's own name and its reported aliases: the spellings that say "this flag was given".
 std::vector<std::string> reported_spellings(const FlagSpec& spec);
+// The launchers that have the spelling `typed` of `spec` (as typed, without the leading dashes:
+// "start_port", "nproc-per-node", "m" for -m): the flag's own name is ours and also_in's, an
+// alias its origin's. A dash form of a multi-word name is torchrun's only (Paddle's argparse
+// knows the underscore form alone); a dash form torchrun does not have is ours only.
+std::vector<Origin> spelling_origins(const FlagSpec& spec, const std::string& typed);
 
 // The --help text, flags grouped by topic.
 std::string help_text();

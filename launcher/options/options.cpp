@@ -29,6 +29,22 @@ int LaunchOptions::node_index() const {
 
 std::string version_text() { return std::string("ddlaunch ") + DDL_VERSION; }
 
+const char* dialect_name(Dialect dialect) {
+  switch (dialect) {
+    case Dialect::kOurs:
+      return "launch";
+    case Dialect::kTorchrun:
+      return "torchrun";
+    case Dialect::kPaddle18:
+      return "paddle1.8";
+    case Dialect::kFleetrun:
+      return "fleetrun";
+    case Dialect::kPaddle2:
+      return "paddle2";
+  }
+  return "";
+}
+
 int visible_gpu_count(const env::EnvMap& env) {
   int devices = 0;
   std::error_code ec;
@@ -52,6 +68,58 @@ int visible_gpu_count(const env::EnvMap& env) {
 }
 
 namespace {
+
+// Whose flags these are (see Dialect in options.h), from the launchers of each spelling.
+// `spellings` holds, per spelling, the launchers that have it besides launch itself.
+Dialect dialect_of(const std::vector<std::set<Origin>>& spellings) {
+  // Newer Paddle launchers accept the older ones' spellings; torchrun accepts none of them.
+  constexpr Origin kPrecedence[] = {Origin::kPaddle2, Origin::kFleetrun, Origin::kPaddle18,
+                                    Origin::kTorchrun};
+  std::set<Origin> exclusive;
+  std::optional<std::set<Origin>> common;
+  for (const std::set<Origin>& origins : spellings) {
+    if (origins.empty()) continue;
+    if (origins.size() == 1) exclusive.insert(*origins.begin());
+    if (!common) {
+      common = origins;
+    } else {
+      std::set<Origin> both;
+      for (Origin o : origins) {
+        if (common->count(o)) both.insert(o);
+      }
+      common = both;
+    }
+  }
+  const auto as_dialect = [](Origin o) { return static_cast<Dialect>(static_cast<int>(o)); };
+  for (Origin o : kPrecedence) {
+    if (exclusive.count(o)) return as_dialect(o);
+  }
+  if (common && common->size() == 1) return as_dialect(*common->begin());
+  return Dialect::kOurs;
+}
+
+// The command line's spellings decide; when they do not, the variables that stood for flags.
+Dialect decide_dialect(const CommandLine& command_line) {
+  static_assert(static_cast<int>(Origin::kPaddle2) == static_cast<int>(Dialect::kPaddle2) &&
+                static_cast<int>(Origin::kTorchrun) == static_cast<int>(Dialect::kTorchrun));
+  std::vector<std::set<Origin>> typed;
+  for (const TypedSpelling& t : command_line.typed) {
+    if (!t.spec->marks_dialect) continue;
+    std::set<Origin> origins;
+    for (Origin o : spelling_origins(*t.spec, t.name)) {
+      if (o != Origin::kOurs) origins.insert(o);
+    }
+    typed.push_back(origins);
+  }
+  const Dialect from_flags = dialect_of(typed);
+  if (from_flags != Dialect::kOurs) return from_flags;
+  std::vector<std::set<Origin>> variables;
+  for (const std::string& used : command_line.from_environment) {
+    if (used.rfind("PET_", 0) == 0) variables.push_back({Origin::kTorchrun});
+    if (used.rfind("PADDLE_", 0) == 0) variables.push_back({Origin::kPaddle2});
+  }
+  return dialect_of(variables);
+}
 
 // --selected_gpus (made relative to CUDA_VISIBLE_DEVICES) and --nproc_per_node; returns
 // --nproc_per_node's count when given.
@@ -565,6 +633,58 @@ void check_job_kind(const GivenFlags& r, bool ps_job, LaunchOptions& o) {
   }
 }
 
+// --backend (the fleet launcher's; its values and errors as Paddle's launch_utils.check_backend
+// and launch.py give them): auto keeps launch's choice, gloo makes the workers CPU workers, nccl
+// needs GPUs (every visible one when none are selected); the device backends launch cannot drive
+// are refused by name. Runs after parse_devices().
+void parse_backend(const GivenFlags& r, bool ps_job, const MachineCounts& machine,
+                   LaunchOptions& o) {
+  if (!r.has("backend")) return;
+  const std::string v = r.value("backend");
+  static const std::map<std::string, std::string> kForeign = {
+      {"bkcl", "Kunlun XPUs (BKCL)"},
+      {"hccl", "Ascend NPUs (HCCL)"},
+      {"cncl", "Cambricon MLUs (CNCL)"},
+      {"xccl", "custom devices (XCCL, PADDLE_XCCL_BACKEND)"},
+      {"heter", "heterogeneous GPU/XPU collectives (HeterParallelContext)"}};
+  if (const auto it = kForeign.find(v); it != kForeign.end()) {
+    bad_value("backend", v,
+              "that backend drives " + it->second +
+                  ", which launch cannot; launch runs gloo (CPU workers) and nccl (NVIDIA GPUs), "
+                  "or auto");
+  }
+  if (v != "auto" && v != "gloo" && v != "nccl") {
+    bad_value("backend", v,
+              "ValueError: the backend is one of 'nccl', 'gloo', 'bkcl', 'auto', 'heter', "
+              "'xccl', 'hccl', 'cncl' (Paddle's names; launch runs auto, gloo and nccl)");
+  }
+  if (v != "auto" && ps_job) {
+    bad_value("backend", v,
+              "AssertionError: with a backend other than 'auto' the run mode must be collective "
+              "(--server_num/--servers make this a parameter-server job)");
+  }
+  if (v == "gloo" && !o.selected_gpus.empty()) {
+    bad_value("backend", v,
+              "gloo runs CPU workers, but " + std::to_string(o.selected_gpus.size()) +
+                  " GPU(s) are selected (drop --gpus/--selected_gpus/--devices or "
+                  "--nproc_per_node=gpu|auto, or use --backend=nccl)");
+  }
+  if (v == "nccl" && o.selected_gpus.empty()) {
+    if (machine.gpus < 1) {
+      bad_value("backend", v, "nccl needs GPUs: none is selected and none is visible here");
+    }
+    if (r.has("nproc_per_node") && o.nproc_per_node != machine.gpus) {
+      bad_value("backend", v,
+                "nccl runs one worker per GPU: --nproc_per_node=" +
+                    std::to_string(o.nproc_per_node) + " but " + std::to_string(machine.gpus) +
+                    " GPU(s) are visible (select them with --gpus)");
+    }
+    for (int id = 0; id < machine.gpus; ++id) o.selected_gpus.push_back(id);
+    o.nproc_per_node = machine.gpus;
+  }
+  o.backend = v;
+}
+
 // --log_level and the timeouts.
 void parse_levels_and_timeouts(const GivenFlags& r, LaunchOptions& o) {
   if (r.has("log_level")) {
@@ -597,13 +717,17 @@ LaunchOptions parse_options(int argc, const char* const argv[], const env::EnvMa
   o.help = r.has("help");
   o.version = r.has("version");
   if (o.help || o.version) return o;
+  o.dialect = decide_dialect(command_line);
 
   const std::optional<int> nproc = parse_devices(r, env, machine, o);
   const PsFlags ps = parse_ps_flags(r, o);
+  parse_backend(r, ps.ps_job, machine, o);
   if (r.has("log_dir")) {
     const std::string dir = r.value("log_dir");
     if (dir.empty()) bad_value("log_dir", dir, "expected a directory");
     o.log_dir = dir;
+  } else if (o.dialect == Dialect::kPaddle2) {
+    o.log_dir = "log";  // Paddle 2.x always writes its log folder, ./log by default
   }
   o.quiet = r.has("quiet");
   parse_node_addresses(r, o);
@@ -641,6 +765,7 @@ std::string describe_options(const LaunchOptions& o) {
     if (auto value = f.config(o)) fields[f.name] = *value;
   }
   fields["training_script"] = o.worker;
+  fields["dialect"] = dialect_name(o.dialect);
   std::string args = "[";
   for (std::size_t i = 0; i < o.worker_args.size(); ++i) {
     args += (i ? ", '" : "'") + o.worker_args[i] + "'";

@@ -47,7 +47,26 @@ struct LocalRanks {
   bool empty() const { return !all && ranks.empty(); }
 };
 
+// Whose flags the command line uses: the launcher `launch` stands in for, where the launchers
+// differ in what they do (parse_options decides; docs/flags.md, "Whose flags"). Decided from the
+// spellings typed (the flag table's origins, flags.h): a spelling that only one launcher has
+// decides; several such of different launchers: the first of Paddle 2.x, fleetrun, Paddle 1.8,
+// torchrun (each newer Paddle launcher accepts the older ones' spellings); none: the one
+// launcher every spelling typed belongs to, else kOurs. --log_level, --print_config and
+// --log_overwrite do not count. A command line that decides nothing is decided the same way by
+// the variables that stood for flags (PET_: torchrun, PADDLE_: Paddle 2.x).
+enum class Dialect {
+  kOurs,      // launch's own, or spellings several launchers share: launch's defaults
+  kTorchrun,  // torchrun (torch.distributed.run)
+  kPaddle18,  // Paddle 1.8's paddle.distributed.launch
+  kFleetrun,  // the fleet launcher (fleetrun; paddle.distributed.launch of Paddle 2.0 to 2.2)
+  kPaddle2,   // Paddle 2.x's launcher (paddle.distributed.launch, launch/main.py)
+};
+// "launch", "torchrun", "paddle1.8", "fleetrun", "paddle2" (as --print_config shows it).
+const char* dialect_name(Dialect dialect);
+
 struct LaunchOptions {
+  Dialect dialect = Dialect::kOurs;    // whose flags these are (see Dialect)
   std::vector<int> selected_gpus;      // --selected_gpus / --gpus / --devices; empty: none
   int nproc_per_node = 1;              // resolved: #gpus when selected, else --nproc_per_node or 1
   std::optional<std::string> log_dir;  // --log_dir; unset: every rank prints to the console
@@ -146,6 +165,9 @@ struct LaunchOptions {
   bool log_overwrite = true;                // --log_overwrite[=false]: append to the logs if false
   // --selected_gpus as typed, before it is made relative to CUDA_VISIBLE_DEVICES (Paddle 1.8).
   std::vector<int> selected_gpus_given;
+  // --backend (the fleet launcher's) as given: "auto", "gloo" or "nccl"; unset: not given.
+  // Trainers then get PADDLE_DISTRI_BACKEND = resolved_backend().
+  std::optional<std::string> backend;
   bool report = true;    // --report[=false]: write LOG_DIR/report.json and report.html
   bool help = false;     // --help / -h: print help_text() and exit 0 (WORKER not required)
   bool version = false;  // --version: print the version and exit 0 (WORKER not required)
@@ -181,6 +203,12 @@ struct LaunchOptions {
   }
   // True when --servers/--workers name the endpoints.
   bool explicit_endpoints() const { return !servers.empty(); }
+  // --backend made concrete: "nccl" when the workers have GPUs, else "gloo".
+  std::string resolved_backend() const { return selected_gpus.empty() ? "gloo" : "nccl"; }
+  // Paddle 2.x's log folder (dialect kPaddle2 with a log dir): the workers' logs under Paddle
+  // 2.x's names (workerlog.<local index>, serverlog.<local index>) and the launcher's own log,
+  // <job_id>.<pod>.log, in LOG_DIR; the run report beside it (launcher/job/job.cpp).
+  bool paddle2_log_folder() const { return dialect == Dialect::kPaddle2 && log_dir.has_value(); }
 };
 
 // True for an IPv4 address or a host name (letters, digits, '-', '.'; labels of 1..63 characters;

@@ -642,10 +642,17 @@ class Supervisor {
     return spawn_error_;
   }
 
+  // Where the report and the stack dumps go: report_dir, else the log dir (unset without one).
+  std::optional<std::string> report_dir() const {
+    return options_.report_dir ? options_.report_dir : options_.log_dir;
+  }
+
   void write_report() {
-    if (!options_.report || !options_.log_dir) return;
+    const auto dir = report_dir();
+    if (!options_.report || !dir) return;
     try {
-      options_.report->write(*options_.log_dir);
+      fs::create_directories(*dir);
+      options_.report->write(*dir);
     } catch (const std::exception& e) {
       spdlog::warn("could not write the run report: {}", e.what());
     }
@@ -664,11 +671,11 @@ class Supervisor {
     const std::vector<ProcessStacks> stacks = collect_stacks(targets, StackOptions{});
     const std::vector<std::string> summary = summarize_stacks(stacks);
     std::string where = "stderr";
-    if (options_.log_dir) {
+    if (const auto dir = report_dir()) {
       const std::string path =
-          (fs::path(*options_.log_dir) / ("stacks." + std::to_string(generation_.index()) + ".txt"))
-              .string();
+          (fs::path(*dir) / ("stacks." + std::to_string(generation_.index()) + ".txt")).string();
       try {
+        fs::create_directories(*dir);
         write_stacks(path, reason, stacks);
         where = path;
       } catch (const std::exception& e) {

@@ -88,12 +88,14 @@ struct SupervisorOptions {
   // elastic job.
   Generation first_generation;
 
-  // Fed with every start, line and exit, and written to log_dir after every generation. May be
-  // null (--report=false, or no log dir).
+  // Fed with every start, line and exit, and written to report_dir after every generation. May
+  // be null (--report=false, or no log dir).
   RunReport* report = nullptr;
-  // Stack dumps of the running processes into log_dir/stacks.<generation>.txt (or stderr without
-  // a log dir): when the hang guard fires, on SIGUSR1 to the launcher, and when a process exits
-  // with kExitDeadline (a rendezvous or collective deadline) before the others are stopped.
+  // Where the report and the stack dumps go; unset: log_dir. Created if missing.
+  std::optional<std::string> report_dir;
+  // Stack dumps of the running processes into report_dir/stacks.<generation>.txt (or stderr
+  // without a log dir): when the hang guard fires, on SIGUSR1 to the launcher, and when a process
+  // exits with kExitDeadline (a rendezvous or collective deadline) before the others are stopped.
   bool dump_stacks = true;
 };
 

@@ -28,9 +28,12 @@ struct Worker {
   // without one, every process. `prefix_echo`: behind "[rank N] " also with a log folder.
   std::optional<bool> echo;
   bool prefix_echo = false;
+  // Its log file's name when not log_file_name(role, index): Paddle 2.x's log folder numbers
+  // each role's logs on this node from 0 (launcher/job/job.cpp).
+  std::optional<std::string> log_file;
 
   std::string name() const { return process_name(role, index); }
-  std::string log_name() const { return log_file_name(role, index); }
+  std::string log_name() const { return log_file.value_or(log_file_name(role, index)); }
 };
 
 }  // namespace ddl::launcher

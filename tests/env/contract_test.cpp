@@ -178,6 +178,15 @@ TEST(Contract, NoGpuMeansNoFlag) {
   EXPECT_FALSE(from_env(vars)->gpu.has_value());
 }
 
+TEST(Contract, EmptySelectedGpusIsACpuWorker) {
+  // Paddle 1.8 and the fleet launcher give a CPU worker an empty device list.
+  EnvMap vars = to_env(two_rank_contract(0));
+  vars[kSelectedGpus] = "";
+  const auto c = from_env(vars);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_FALSE(c->gpu.has_value());
+}
+
 TEST(Contract, AbsentMeansWorldOfOne) {
   EXPECT_FALSE(from_env(EnvMap{{"PATH", "/bin"}}).has_value());
 }

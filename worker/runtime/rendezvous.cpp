@@ -38,8 +38,8 @@ ParallelEnv ParallelEnv::from_env(const env::EnvMap& vars) {
     e.world_size = e.contract->world_size;
     e.local_rank = e.contract->local_rank;
     e.gpu = e.contract->gpu;
-  } else if (auto g = env::lookup(vars, env::kSelectedGpus)) {
-    // Started by hand on one GPU: a world of one on the device the user chose.
+  } else if (auto g = env::lookup(vars, env::kSelectedGpus); g && !g->empty()) {
+    // Started by hand on one GPU: a world of one on the device the user chose (empty: CPU).
     e.gpu = env::parse_non_negative_int(*g, env::kSelectedGpus);
   }
   return e;

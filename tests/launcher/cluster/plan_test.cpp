@@ -65,6 +65,27 @@ PlanInputs inputs(FakePicker& picker, int cores = 8, env::EnvMap caller = {}) {
   return in;
 }
 
+TEST(Plan, CpuTrainersGetAnEmptyDeviceListWhenAsked) {
+  FakePicker picker{{5001, 5002, 5003, 5004}};
+  JobConfig config = collective(2);
+  config.empty_gpus_on_cpu = true;  // Paddle 1.8, fleetrun, launch's own spelling
+  for (const PlannedWorker& w : make_plan(config, inputs(picker)).local) {
+    EXPECT_EQ(w.env.at("FLAGS_selected_gpus"), "");
+    EXPECT_EQ(w.env.at("PADDLE_DISTRI_BACKEND"), "gloo");
+  }
+  JobConfig gpus = config;
+  gpus.selected_gpus = {3, 5};
+  gpus.distri_backend = "nccl";  // --backend=nccl
+  const ClusterPlan plan = make_plan(gpus, inputs(picker));
+  EXPECT_EQ(plan.local[1].env.at("FLAGS_selected_gpus"), "5");
+  EXPECT_EQ(plan.local[1].env.at("PADDLE_DISTRI_BACKEND"), "nccl");
+  JobConfig servers = ps(1, 1);
+  servers.empty_gpus_on_cpu = true;
+  for (const PlannedWorker& w : make_plan(servers, inputs(picker)).local) {
+    EXPECT_EQ(w.env.count("FLAGS_selected_gpus"), 0u) << "collective trainers only";
+  }
+}
+
 TEST(Plan, OneNodeFreePorts) {
   FakePicker picker{{5001, 5002}};
   const ClusterPlan plan = make_plan(collective(2), inputs(picker));

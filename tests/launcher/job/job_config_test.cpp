@@ -46,6 +46,18 @@ TEST(JobConfig, DefaultsAreTheCommandLinesDefaults) {
   expect_same(from_command_line({"w"}), JobConfig());
 }
 
+TEST(JobConfig, WhoseFlagsDecideTheCpuDeviceListAndBackend) {
+  // An empty FLAGS_selected_gpus on CPU: launch's own, Paddle 1.8's and fleetrun's spellings.
+  EXPECT_TRUE(from_command_line({"w"}).empty_gpus_on_cpu);
+  EXPECT_TRUE(from_command_line({"--cluster_node_ips=127.0.0.1", "w"}).empty_gpus_on_cpu);
+  EXPECT_TRUE(from_command_line({"--backend=gloo", "w"}).empty_gpus_on_cpu);
+  EXPECT_FALSE(from_command_line({"--job_id=x", "w"}).empty_gpus_on_cpu) << "Paddle 2.x";
+  EXPECT_FALSE(from_command_line({"--nproc-per-node=2", "w"}).empty_gpus_on_cpu) << "torchrun";
+  EXPECT_FALSE(from_command_line({"w"}).distri_backend);
+  EXPECT_EQ(from_command_line({"--backend=gloo", "w"}).distri_backend, "gloo");
+  EXPECT_EQ(from_command_line({"--backend=auto", "--gpus=0", "w"}).distri_backend, "nccl");
+}
+
 TEST(JobConfig, EachFlagSetsItsField) {
   JobConfig expected;
   expected.node_ips = {"10.0.0.1", "10.0.0.2"};

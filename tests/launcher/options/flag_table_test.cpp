@@ -53,7 +53,8 @@ TEST(FlagTable, HelpShowsEveryAcceptedSpellingAndRefusedFlagsSayWhy) {
   for (const FlagSpec& f : flag_table()) {
     if (f.is_refused()) {
       const std::string message = error_of({"--" + f.name + (f.takes_value() ? "=x" : ""), "w"});
-      EXPECT_EQ(message, "--" + f.name + " (torchrun's): " + f.refused);
+      EXPECT_EQ(message,
+                "--" + f.name + " (" + origin_name(f.also_in.front()) + "'s): " + f.refused);
       EXPECT_EQ(help.find("--" + f.name + " "), std::string::npos) << f.name;
       continue;
     }
