@@ -20,6 +20,11 @@
 //   and a multi-node job passes every node's S+W endpoints (servers first) as cluster_endpoints;
 // - with explicit `servers`/`workers` lists this node runs exactly the entries whose host is
 //   `node_ip`, with the indices of their positions in the lists (PlanError when there is none).
+// A job placed by a rank mapping file (`rank_mapping`, the fleet launcher's lazy launch) takes
+// its nodes from the file and gives node k's i-th rank r (in file order) local rank i, device
+// selected_gpus[i] (else i) and the i-th endpoint of node k (started_port+i, picked ports on a
+// single node, or the i-th endpoint node k published); `endpoints` are in rank order all the
+// same. Nodes may run different numbers of ranks; `nproc_per_node` is not read.
 // The planner's errors name the command-line flags (--started_port, --node_ip, ...) that set the
 // fields, as the user wrote them; launcher/job/job_config.h maps the flags onto the fields.
 #pragma once
@@ -35,6 +40,7 @@
 #include "env/contract.h"
 #include "env/error.h"
 #include "launcher/cluster/generation.h"
+#include "launcher/options/rank_mapping.h"
 
 namespace ddl::launcher {
 
@@ -82,6 +88,8 @@ struct JobConfig {
   // DDL_RENDEZVOUS_TIMEOUT_MS; unset: the contract's default.
   std::optional<std::chrono::milliseconds> rendezvous_timeout;
   int max_restarts = 0;  // TORCHELASTIC_MAX_RESTARTS
+  // Set: the nodes and each node's ranks come from it (see above); node_ips must be its hosts.
+  std::optional<RankMapping> rank_mapping;
 
   // This node's index in node_ips (node_ips.size() when it is not there).
   int node_index() const;

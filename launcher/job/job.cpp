@@ -71,7 +71,10 @@ JobDescription describe_job(const LaunchOptions& options, const NodeTopology& to
                                           std::to_string(topology.nnodes)
                                     : std::to_string(topology.nnodes)},
       {"node list", hosts.empty() ? std::string("(each node publishes its own)") : hosts},
-      {"nproc_per_node", std::to_string(options.nproc_per_node)},
+      // A rank mapping gives nodes different worker counts; then the mapping itself must agree.
+      options.rank_mapping ? JobDescription::value_type{"rank mapping", options.rank_mapping->str()}
+                           : JobDescription::value_type{"nproc_per_node",
+                                                        std::to_string(options.nproc_per_node)},
       {"started_port", options.started_port ? std::to_string(*options.started_port) : "None"},
       {"worker program", std::filesystem::path(options.worker).filename().string()},
       {"control store", topology.control.str()},
@@ -144,6 +147,7 @@ ControlOptions control_options_for(const LaunchOptions& options, const NodeTopol
   control_options.rendezvous_timeout =
       options.rendezvous_timeout.value_or(env::kDefaultRendezvousTimeout);
   control_options.linger_timeout = options.kill_timeout + std::chrono::seconds(5);
+  control_options.equal_node_sizes = !options.rank_mapping;
   if (topology.auto_node_rank) {
     control_options.node_rank = kAutoNodeRank;
     spdlog::info("node ? of {} ({}, no node rank given: node 0 hands them out); control store at {}",
@@ -183,8 +187,10 @@ std::vector<env::Endpoint> published_endpoints(const LaunchOptions& options,
 // What the nodes agreed on, once the first generation is joined.
 void log_agreement(const JobConfig& config, const NodeTopology& topology,
                    const PlanInputs& inputs) {
-  const int nodes = static_cast<int>(inputs.cluster_endpoints->size()) /
-                    std::max(1, local_endpoint_count(config));
+  const int nodes = config.rank_mapping
+                        ? static_cast<int>(config.rank_mapping->nodes.size())
+                        : static_cast<int>(inputs.cluster_endpoints->size()) /
+                              std::max(1, local_endpoint_count(config));
   if (config.ps_job()) {
     spdlog::info("node {}: all {} node(s) agree; {} server(s), {} trainer(s)", topology.node_rank,
                  nodes, config.server_num * nodes, config.worker_num * nodes);

@@ -21,6 +21,7 @@ JobConfig job_config(const LaunchOptions& options) {
   config.log_level = options.log_level_name;
   config.rendezvous_timeout = options.rendezvous_timeout;
   config.max_restarts = options.max_restarts;
+  config.rank_mapping = options.rank_mapping;
   return config;
 }
 
