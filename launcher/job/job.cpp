@@ -20,6 +20,7 @@
 #include "launcher/coord/control.h"
 #include "launcher/job/job_config.h"
 #include "launcher/report/run_report.h"
+#include "launcher/supervise/cpu_binding.h"
 #include "launcher/supervise/supervisor.h"
 #include "launcher/supervise/worker_lookup.h"
 #include "net/ports.h"
@@ -281,6 +282,10 @@ WorkerCommand resolve_worker(const LaunchOptions& options, const JobContext& con
 std::vector<Worker> launches_of(const ClusterPlan& plan, const LaunchOptions& options,
                                 const WorkerCommand& command, const env::EnvMap& caller_env) {
   std::vector<Worker> launches;
+  const std::vector<std::vector<int>> cpus =
+      options.bind == CpuBind::kNone
+          ? std::vector<std::vector<int>>(plan.local.size())
+          : assign_cpus(options.bind, read_cpu_topology(), static_cast<int>(plan.local.size()));
   for (const PlannedWorker& spec : plan.local) {
     Worker l;
     l.role = spec.contract.role;
@@ -290,6 +295,7 @@ std::vector<Worker> launches_of(const ClusterPlan& plan, const LaunchOptions& op
     l.args = command.args;
     l.args.insert(l.args.end(), options.worker_args.begin(), options.worker_args.end());
     l.env = merge_env(caller_env, spec.env, spec.removed);
+    l.cpus = cpus[launches.size()];
     launches.push_back(std::move(l));
   }
   // Lines of several processes on one console need their names.
@@ -425,6 +431,14 @@ class JobRun {
     std::ostream& config_out = context_.config_out ? *context_.config_out : std::cout;
     if (options_.print_config) {
       config_out << describe_options(options_) << describe_plan(plan_) << std::flush;
+    }
+    if (options_.bind != CpuBind::kNone) {
+      const std::vector<Worker> first = launches_of(plan_, options_, command_, context_.caller_env);
+      std::string pins;
+      for (const Worker& w : first) {
+        pins += (pins.empty() ? "" : ", ") + w.name() + " on CPUs " + cpu_list_text(w.cpus);
+      }
+      spdlog::info("--bind={}: {}", cpu_bind_name(options_.bind), pins);
     }
     if (plan_.omp_threads_defaulted) {
       spdlog::info("{} is not set: giving each of the {} worker(s) {}={} ({} cores)",

@@ -26,6 +26,8 @@ struct Worker {
   // without one, every process. `prefix_echo`: behind "[rank N] " also with a log folder.
   std::optional<bool> echo;
   bool prefix_echo = false;
+  // The CPUs it is pinned to before exec (--bind, cpu_binding.h); empty: not pinned.
+  std::vector<int> cpus;
 
   std::string name() const { return process_name(role, index); }
   std::string log_name() const { return log_file_name(role, index); }
