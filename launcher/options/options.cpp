@@ -243,8 +243,9 @@ void parse_node_zero(const GivenFlags& r, LaunchOptions& o) {
 }
 
 // --rank_mapping_file with --enable_auto_mapping: the file names the nodes and each node's ranks
-// (the fleet launcher's lazy launch); --cluster_node_ips, --nproc_per_node and --selected_gpus'
-// count give way to it, as in Paddle, and other ways of naming the nodes are refused.
+// (the fleet launcher's lazy launch). As in Paddle, --cluster_node_ips and --nproc_per_node give
+// way to it; --selected_gpus, when given, must cover this node's ranks (the first ones are used);
+// the other ways of naming the nodes are refused.
 void parse_rank_mapping_flags(const GivenFlags& r, const PsFlags& ps, const MachineCounts& machine,
                               LaunchOptions& o) {
   if (r.has("rank_mapping_file")) o.rank_mapping_file = r.value("rank_mapping_file");
