@@ -324,6 +324,88 @@ ClusterPlan make_ps_plan(const JobConfig& config, const PlanInputs& inputs) {
   return plan;
 }
 
+// Every node's endpoints under a rank mapping, node order, each node's in its local rank order:
+// as the nodes published them, or from --started_port (any number of nodes) or the port picker
+// (one node).
+std::vector<std::vector<env::Endpoint>> mapped_node_endpoints(const JobConfig& config,
+                                                              const PlanInputs& inputs) {
+  const RankMapping& m = *config.rank_mapping;
+  std::vector<std::vector<env::Endpoint>> out(m.nodes.size());
+  if (inputs.cluster_endpoints) {
+    const std::vector<env::Endpoint>& all = *inputs.cluster_endpoints;
+    if (static_cast<int>(all.size()) != m.world_size()) {
+      throw PlanError("the nodes published " + std::to_string(all.size()) +
+                      " endpoints but the rank mapping has " + std::to_string(m.world_size()) +
+                      " ranks");
+    }
+    auto next = all.begin();
+    for (std::size_t k = 0; k < m.nodes.size(); ++k) {
+      out[k].assign(next, next + static_cast<std::ptrdiff_t>(m.nodes[k].ranks.size()));
+      next += static_cast<std::ptrdiff_t>(m.nodes[k].ranks.size());
+    }
+    return out;
+  }
+  const int nodes = static_cast<int>(m.nodes.size());
+  const int node = m.node_index(config.node_ip);
+  for (int k = 0; k < nodes; ++k) {
+    const int count = static_cast<int>(m.nodes[k].ranks.size());
+    if (k == node || config.started_port) {
+      JobConfig one = config;  // the ports of node k: its rank count, on its host
+      one.node_ip = m.nodes[k].host;
+      for (std::uint16_t port : pick_local_ports(one, inputs, nodes, count, "workers")) {
+        out[k].push_back(env::Endpoint{m.nodes[k].host, port});
+      }
+    } else {
+      throw PlanError("the rank mapping names " + std::to_string(nodes) +
+                      " nodes but --started_port is not set: nodes cannot learn each other's "
+                      "free ports, so give every node the same --started_port");
+    }
+  }
+  return out;
+}
+
+// A collective job placed by a rank mapping file (see plan.h).
+ClusterPlan make_mapped_plan(const JobConfig& config, const PlanInputs& inputs) {
+  const RankMapping& m = *config.rank_mapping;
+  const int nodes = static_cast<int>(m.nodes.size());
+  const int node = inputs.cluster_endpoints ? inputs.node_rank : m.node_index(config.node_ip);
+  if (node < 0 || node >= nodes) {
+    throw PlanError("--node_ip='" + config.node_ip + "' is not one of the nodes of the rank " +
+                    "mapping (" + m.str() + ")");
+  }
+  const std::vector<std::vector<env::Endpoint>> per_node = mapped_node_endpoints(config, inputs);
+  ClusterPlan plan;
+  plan.world_size = m.world_size();
+  plan.endpoints.resize(plan.world_size);
+  plan.world_device_ids.resize(plan.world_size);
+  const auto device_of = [&](std::size_t i) {
+    return i < config.selected_gpus.size() ? config.selected_gpus[i] : static_cast<int>(i);
+  };
+  for (int k = 0; k < nodes; ++k) {
+    for (std::size_t i = 0; i < m.nodes[k].ranks.size(); ++i) {
+      plan.endpoints[m.nodes[k].ranks[i]] = per_node[k][i];
+      plan.world_device_ids[m.nodes[k].ranks[i]] = device_of(i);
+    }
+  }
+  const std::vector<int>& ranks = m.nodes[node].ranks;
+  const int local_count = static_cast<int>(ranks.size());
+  if (!env::lookup(inputs.caller_env, env::kOmpNumThreads)) {
+    plan.omp_threads_defaulted = env::default_omp_threads(inputs.cores, local_count);
+  }
+  for (int i = 0; i < local_count; ++i) {
+    env::WorkerContract c;
+    c.rank = ranks[i];
+    c.world_size = plan.world_size;
+    c.local_rank = i;
+    c.local_world_size = local_count;
+    c.endpoints = plan.endpoints;
+    c.current = plan.endpoints[c.rank];
+    c.gpu = device_of(static_cast<std::size_t>(i));
+    plan.local.push_back(make_spec(std::move(c), config, inputs, plan, NodePlace{node, nodes}));
+  }
+  return plan;
+}
+
 }  // namespace
 
 int JobConfig::node_index() const {
@@ -338,6 +420,12 @@ int JobConfig::heter_per_node() const {
 }
 
 int local_endpoint_count(const JobConfig& config) {
+  if (config.rank_mapping && !config.ps_job()) {
+    const int node = config.rank_mapping->node_index(config.node_ip);
+    if (node < static_cast<int>(config.rank_mapping->nodes.size())) {
+      return static_cast<int>(config.rank_mapping->nodes[node].ranks.size());
+    }
+  }
   return config.ps_job() ? config.server_num + config.worker_num + config.heter_per_node()
                          : config.nproc_per_node;
 }
@@ -366,6 +454,7 @@ void put_port_first(std::vector<std::uint16_t>& ports, std::uint16_t wanted) {
 
 ClusterPlan make_plan(const JobConfig& config, const PlanInputs& inputs) {
   if (config.ps_job()) return make_ps_plan(config, inputs);
+  if (config.rank_mapping) return make_mapped_plan(config, inputs);
   const int per_node = config.nproc_per_node;
   if (per_node < 1)
     throw PlanError("--nproc_per_node must be >= 1, got " + std::to_string(per_node));

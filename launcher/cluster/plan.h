@@ -24,6 +24,11 @@
 //   trainers (its block is S servers, W trainers, then each stage's workers, with the ports in
 //   that order); with lists the stages' endpoints are given like `servers`. A heter worker's index
 //   is its position among all heter workers, stage by stage (each stage node-major).
+// A job placed by a rank mapping file (`rank_mapping`, the fleet launcher's lazy launch) takes
+// its nodes from the file and gives node k's i-th rank r (in file order) local rank i, device
+// selected_gpus[i] (else i) and the i-th endpoint of node k (started_port+i, picked ports on a
+// single node, or the i-th endpoint node k published); `endpoints` are in rank order all the
+// same. Nodes may run different numbers of ranks; `nproc_per_node` is not read.
 // The planner's errors name the command-line flags (--started_port, --node_ip, ...) that set the
 // fields, as the user wrote them; launcher/job/job_config.h maps the flags onto the fields.
 #pragma once
@@ -39,6 +44,7 @@
 #include "env/contract.h"
 #include "env/error.h"
 #include "launcher/cluster/generation.h"
+#include "launcher/options/rank_mapping.h"
 
 namespace ddl::launcher {
 
@@ -100,6 +106,8 @@ struct JobConfig {
   // PADDLE_DISTRI_BACKEND for a collective job's trainers (--backend); unset: "gloo" for those
   // without a GPU only (env::to_env).
   std::optional<std::string> distri_backend;
+  // Set: the nodes and each node's ranks come from it (see above); node_ips must be its hosts.
+  std::optional<RankMapping> rank_mapping;
 
   // This node's index in node_ips (node_ips.size() when it is not there).
   int node_index() const;

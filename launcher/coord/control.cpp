@@ -387,7 +387,7 @@ Membership ControlChannel::join_generation(Generation requested) {
       const std::vector<env::Endpoint> theirs = decode_endpoints(
           text(keys.endpoints.get(NodeKeys::of(nodes[i]), options_.heartbeat_timeout)),
           "key '" + keys.endpoints.full_key(NodeKeys::of(nodes[i])) + "' of the control store");
-      if (i > 0 && theirs.size() * i != m.endpoints.size()) {
+      if (options_.equal_node_sizes && i > 0 && theirs.size() * i != m.endpoints.size()) {
         throw ControlError("node " + std::to_string(nodes[i]) + " published " +
                            std::to_string(theirs.size()) + " endpoint(s), node " +
                            std::to_string(nodes[0]) + " " + std::to_string(m.endpoints.size() / i));

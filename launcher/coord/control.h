@@ -83,6 +83,9 @@ struct ControlOptions {
   std::chrono::milliseconds heartbeat_timeout{4'000};
   // How long node 0 keeps the store up, after its job failed, for the other nodes to say goodbye.
   std::chrono::milliseconds linger_timeout{15'000};
+  // Every node publishes as many endpoints as node 0 (a join with another count is an error);
+  // false for a rank mapping, whose nodes run different numbers of ranks.
+  bool equal_node_sizes = true;
 };
 
 inline constexpr std::chrono::milliseconds kControlPollInterval{100};

@@ -26,6 +26,7 @@
 #include "launcher/job/identity.h"
 #include "launcher/job/job_config.h"
 #include "launcher/report/run_report.h"
+#include "launcher/supervise/cpu_binding.h"
 #include "launcher/supervise/supervisor.h"
 #include "launcher/supervise/worker_lookup.h"
 #include "logging/log.h"
@@ -77,7 +78,10 @@ JobDescription describe_job(const LaunchOptions& options, const NodeTopology& to
                                           std::to_string(topology.nnodes)
                                     : std::to_string(topology.nnodes)},
       {"node list", hosts.empty() ? std::string("(each node publishes its own)") : hosts},
-      {"nproc_per_node", std::to_string(options.nproc_per_node)},
+      // A rank mapping gives nodes different worker counts; then the mapping itself must agree.
+      options.rank_mapping ? JobDescription::value_type{"rank mapping", options.rank_mapping->str()}
+                           : JobDescription::value_type{"nproc_per_node",
+                                                        std::to_string(options.nproc_per_node)},
       {"started_port", options.started_port ? std::to_string(*options.started_port) : "None"},
       {"worker program", std::filesystem::path(options.worker).filename().string()},
       {"control store", topology.control.str()},
@@ -176,6 +180,7 @@ ControlOptions control_options_for(const LaunchOptions& options, const NodeTopol
   control_options.rendezvous_timeout =
       options.rendezvous_timeout.value_or(env::kDefaultRendezvousTimeout);
   control_options.linger_timeout = options.kill_timeout + std::chrono::seconds(5);
+  control_options.equal_node_sizes = !options.rank_mapping;
   if (topology.auto_node_rank) {
     control_options.node_rank = kAutoNodeRank;
     spdlog::info("node ? of {} ({}, no node rank given: node 0 hands them out); control store at {}",
@@ -215,8 +220,10 @@ std::vector<env::Endpoint> published_endpoints(const LaunchOptions& options,
 // What the nodes agreed on, once the first generation is joined.
 void log_agreement(const JobConfig& config, const NodeTopology& topology,
                    const PlanInputs& inputs) {
-  const int nodes = static_cast<int>(inputs.cluster_endpoints->size()) /
-                    std::max(1, local_endpoint_count(config));
+  const int nodes = config.rank_mapping
+                        ? static_cast<int>(config.rank_mapping->nodes.size())
+                        : static_cast<int>(inputs.cluster_endpoints->size()) /
+                              std::max(1, local_endpoint_count(config));
   if (config.ps_job()) {
     spdlog::info("node {}: all {} node(s) agree; {} server(s), {} trainer(s)", topology.node_rank,
                  nodes, config.server_num * nodes, config.worker_num * nodes);
@@ -326,6 +333,10 @@ std::vector<Worker> launches_of(const ClusterPlan& plan, const LaunchOptions& op
                                 const WorkerCommand& command, const env::EnvMap& caller_env) {
   std::vector<Worker> launches;
   std::map<env::Role, int> local_index;
+  const std::vector<std::vector<int>> cpus =
+      options.bind == CpuBind::kNone
+          ? std::vector<std::vector<int>>(plan.local.size())
+          : assign_cpus(options.bind, read_cpu_topology(), static_cast<int>(plan.local.size()));
   for (const PlannedWorker& spec : plan.local) {
     Worker l;
     l.role = spec.contract.role;
@@ -337,6 +348,7 @@ std::vector<Worker> launches_of(const ClusterPlan& plan, const LaunchOptions& op
     l.args = command.args;
     l.args.insert(l.args.end(), options.worker_args.begin(), options.worker_args.end());
     l.env = merge_env(caller_env, spec.env, spec.removed);
+    l.cpus = cpus[launches.size()];
     launches.push_back(std::move(l));
   }
   // Lines of several processes on one console need their names.
@@ -579,6 +591,14 @@ class JobRun {
     std::ostream& config_out = context_.config_out ? *context_.config_out : std::cout;
     if (options_.print_config) {
       config_out << describe_options(options_) << describe_plan(plan_) << std::flush;
+    }
+    if (options_.bind != CpuBind::kNone) {
+      const std::vector<Worker> first = launches_of(plan_, options_, command_, context_.caller_env);
+      std::string pins;
+      for (const Worker& w : first) {
+        pins += (pins.empty() ? "" : ", ") + w.name() + " on CPUs " + cpu_list_text(w.cpus);
+      }
+      spdlog::info("--bind={}: {}", cpu_bind_name(options_.bind), pins);
     }
     if (plan_.omp_threads_defaulted) {
       spdlog::info("{} is not set: giving each of the {} worker(s) {}={} ({} cores)",

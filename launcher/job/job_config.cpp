@@ -30,6 +30,7 @@ JobConfig job_config(const LaunchOptions& options) {
                              options.dialect == Dialect::kPaddle18 ||
                              options.dialect == Dialect::kFleetrun;
   if (options.backend) config.distri_backend = options.resolved_backend();
+  config.rank_mapping = options.rank_mapping;
   return config;
 }
 

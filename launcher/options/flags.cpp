@@ -234,6 +234,22 @@ std::vector<FlagSpec> workers_and_devices() {
                 "torchrun and Paddle run them")
           .doc("the interpreter for `.py` scripts and `-m`; an error with `--no_python`.")
           .done());
+  t.push_back(
+      Flag("bind")
+          .value("MODE")
+          .group(FlagGroup::kWorkers)
+          .choice({"none", "core", "numa"}, "expected none, core or numa")
+          .default_is("none")
+          .help("pin each local process to CPUs: core = its own equal share of the CPUs launch "
+                "may use, numa = the CPUs of one NUMA node (processes spread over the nodes)")
+          .doc("pin each of this node's processes to CPUs before it starts (`sched_setaffinity`, "
+               "as `taskset` or `numactl --cpunodebind` would): `core` gives each process its own "
+               "contiguous, equal share of the CPUs `launch` may use (sharing only when there are "
+               "more processes than CPUs); `numa` gives each the CPUs of one NUMA node, the "
+               "processes spread over the nodes in local rank order. See "
+               "[gpu.md](gpu.md#cpu-binding).")
+          .config([](const LaunchOptions& o) { return std::optional(cpu_bind_name(o.bind)); })
+          .done());
   return t;
 }
 
@@ -463,6 +479,33 @@ std::vector<FlagSpec> nodes() {
           .help("node 0's HOST:PORT, the same as --master_addr HOST --master_port PORT")
           .doc("node 0's `HOST:PORT` (also `http://HOST:PORT`; an `etcd://` master is an error), "
                "the same as `--master_addr HOST --master_port PORT`.")
+          .done());
+  t.push_back(
+      Flag("rank_mapping_file")
+          .value("FILE")
+          .group(FlagGroup::kNodes)
+          .also_in({Origin::kFleetrun})
+          .help("with --enable_auto_mapping: a JSON file naming every node and its ranks, "
+                "{\"ip_ranks\": [{\"ip\": \"10.0.0.1\", \"ranks\": [0, 1]}, ...]}")
+          .doc("with `--enable_auto_mapping`: a JSON file naming every node and the global ranks "
+               "it runs, `{\"ip_ranks\": [{\"ip\": \"10.0.0.1\", \"ranks\": [0, 1]}, "
+               "{\"ip\": \"10.0.0.2\", \"ranks\": [2, 3, 4]}]}`. The nodes are the job's nodes "
+               "in order (`--cluster_node_ips` is not used); a node's ranks are its workers in "
+               "local rank order, the i-th on device i (or the i-th of `--selected_gpus`). The "
+               "ranks must be 0..N-1, each once. See [multi-node.md](multi-node.md#rank-mapping).")
+          .config([](const LaunchOptions& o) { return std::optional(or_none(o.rank_mapping_file)); })
+          .done());
+  t.push_back(
+      Flag("enable_auto_mapping")
+          .boolean("false")
+          .group(FlagGroup::kNodes)
+          .also_in({Origin::kFleetrun})
+          .help("place the ranks as --rank_mapping_file says")
+          .doc("place the ranks as `--rank_mapping_file` says (Paddle's `--enable_auto_mapping "
+               "true`). Unlike Paddle's, `false` turns it off.")
+          .config([](const LaunchOptions& o) {
+            return std::optional(python_bool(o.enable_auto_mapping));
+          })
           .done());
   return t;
 }

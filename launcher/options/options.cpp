@@ -27,6 +27,18 @@ int LaunchOptions::node_index() const {
   return static_cast<int>(it - cluster_node_ips.begin());
 }
 
+const char* cpu_bind_name(CpuBind bind) {
+  switch (bind) {
+    case CpuBind::kCore:
+      return "core";
+    case CpuBind::kNuma:
+      return "numa";
+    case CpuBind::kNone:
+      break;
+  }
+  return "none";
+}
+
 std::string version_text() { return std::string("ddlaunch ") + DDL_VERSION; }
 
 const char* dialect_name(Dialect dialect) {
@@ -353,6 +365,57 @@ void parse_node_zero(const GivenFlags& r, LaunchOptions& o) {
   o.auto_node_rank = !o.node_rank && (r.has("master") || c10d);
 }
 
+// --rank_mapping_file with --enable_auto_mapping: the file names the nodes and each node's ranks
+// (the fleet launcher's lazy launch). As in Paddle, --cluster_node_ips and --nproc_per_node give
+// way to it; --selected_gpus, when given, must cover this node's ranks (the first ones are used);
+// the other ways of naming the nodes are refused.
+void parse_rank_mapping_flags(const GivenFlags& r, const PsFlags& ps, const MachineCounts& machine,
+                              LaunchOptions& o) {
+  if (r.has("rank_mapping_file")) o.rank_mapping_file = r.value("rank_mapping_file");
+  o.enable_auto_mapping = r.boolean("enable_auto_mapping");
+  if (!o.enable_auto_mapping) return;
+  if (!o.rank_mapping_file) {
+    throw OptionsError("--enable_auto_mapping needs --rank_mapping_file (the JSON file naming "
+                       "each node's ranks)");
+  }
+  const std::string& file = *o.rank_mapping_file;
+  if (ps.ps_job) {
+    throw OptionsError("--rank_mapping_file places the ranks of a collective job; it cannot be "
+                       "combined with --server_num/--servers");
+  }
+  if (o.nnodes || o.node_rank || o.master_addr) {
+    throw OptionsError("--rank_mapping_file names the nodes already; drop "
+                       "--nnodes/--node_rank/--master_addr/--master");
+  }
+  o.rank_mapping = read_rank_mapping(file);
+  const RankMapping& m = *o.rank_mapping;
+  // A one-node mapping is this node, as in Paddle; with several, --node_ip says which one.
+  if (m.nodes.size() == 1 && !o.node_ip_given) o.node_ip = m.nodes.front().host;
+  const int node = m.node_index(o.node_ip);
+  if (node == static_cast<int>(m.nodes.size())) {
+    std::string hosts;
+    for (const auto& h : m.hosts()) hosts += (hosts.empty() ? "" : ",") + h;
+    throw OptionsError("--node_ip='" + o.node_ip + "' is not one of the nodes of " + file + " (" +
+                       hosts + "); give --node_ip as the file names this node");
+  }
+  o.cluster_node_ips = m.hosts();
+  o.cluster_node_ips_given = m.nodes.size() > 1;
+  const int ranks = static_cast<int>(m.nodes[node].ranks.size());
+  if (machine.gpus > 0 && ranks > machine.gpus) {
+    throw OptionsError(file + " maps " + std::to_string(ranks) + " ranks to " + o.node_ip +
+                       " but only " + std::to_string(machine.gpus) +
+                       " GPU(s) are visible here (one rank per GPU)");
+  }
+  if (!o.selected_gpus.empty() && static_cast<int>(o.selected_gpus.size()) < ranks) {
+    const auto g = r.get("selected_gpus");
+    bad_value(g->spelling, g->value,
+              file + " maps " + std::to_string(ranks) + " ranks to " + o.node_ip +
+                  ": list at least that many GPUs (the i-th rank of the node takes the i-th)");
+  }
+  o.selected_gpus.resize(std::min(o.selected_gpus.size(), static_cast<std::size_t>(ranks)));
+  o.nproc_per_node = ranks;
+}
+
 // Which spelling describes the nodes, and this node's place in them.
 void resolve_nodes(const PsFlags& ps, LaunchOptions& o) {
   const bool torchrun_spelling = o.nnodes || o.node_rank || o.master_addr;
@@ -549,14 +612,15 @@ void parse_started_port(const GivenFlags& r, bool ps_job, LaunchOptions& o) {
   const std::string v = r.value("started_port");
   // Per node: the workers of a collective job; a parameter-server job's servers, trainers, then
   // heter workers.
-  const int per_node =
-      ps_job ? o.server_num + o.worker_num + o.heter_per_node() : o.nproc_per_node;
+  const int per_node = ps_job           ? o.server_num + o.worker_num + o.heter_per_node()
+                       : o.rank_mapping ? o.rank_mapping->max_ranks_per_node()
+                                        : o.nproc_per_node;
   const std::string heter =
       o.heter.empty() ? "" : " and " + std::to_string(o.heter_per_node()) + " heter workers";
   const std::string what = ps_job ? std::to_string(o.server_num) + " servers" +
                                         (heter.empty() ? " and " : ", ") +
                                         std::to_string(o.worker_num) + " trainers" + heter
-                                  : std::to_string(o.nproc_per_node) + " workers";
+                                  : std::to_string(per_node) + " workers";
   if (*o.started_port + per_node - 1 > 65535) {
     bad_value(
         "started_port", v,
@@ -736,6 +800,7 @@ LaunchOptions parse_options(int argc, const char* const argv[], const env::EnvMa
   o.rdzv_id = r.name_value("rdzv_id");
   o.job_id = r.name_value("job_id");
   if (auto role = r.name_value("role")) o.role = *role;
+  parse_rank_mapping_flags(r, ps, machine, o);
   resolve_nodes(ps, o);
   if (ps.ps_job) resolve_ps_job(r, ps, nproc, o);
   if (ps.ps_job) parse_heter(r, ps, o);
@@ -744,6 +809,9 @@ LaunchOptions parse_options(int argc, const char* const argv[], const env::EnvMa
   o.require_secret = r.has("require_secret");
   o.print_config = r.boolean("print_config");
   o.report = r.boolean("report");
+  if (const auto bind = r.choice("bind")) {
+    o.bind = *bind == "core" ? CpuBind::kCore : *bind == "numa" ? CpuBind::kNuma : CpuBind::kNone;
+  }
   o.log_overwrite = r.boolean("log_overwrite");
   parse_worker_run(r, o);
   parse_console(r, o);

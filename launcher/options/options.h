@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "env/contract.h"
+#include "launcher/options/rank_mapping.h"
 
 namespace ddl::launcher {
 
@@ -64,6 +65,14 @@ enum class Dialect {
 };
 // "launch", "torchrun", "paddle1.8", "fleetrun", "paddle2" (as --print_config shows it).
 const char* dialect_name(Dialect dialect);
+// --bind: how this node's processes are pinned to CPUs (launcher/supervise/cpu_binding.h).
+enum class CpuBind {
+  kNone,  // not pinned: every process may run on every CPU launch may use
+  kCore,  // each process its own contiguous, equal share of those CPUs
+  kNuma,  // each process the CPUs of one NUMA node, processes spread over the nodes
+};
+// "none", "core", "numa": --bind's values.
+const char* cpu_bind_name(CpuBind bind);
 
 struct LaunchOptions {
   Dialect dialect = Dialect::kOurs;    // whose flags these are (see Dialect)
@@ -168,6 +177,14 @@ struct LaunchOptions {
   // --backend (the fleet launcher's) as given: "auto", "gloo" or "nccl"; unset: not given.
   // Trainers then get PADDLE_DISTRI_BACKEND = resolved_backend().
   std::optional<std::string> backend;
+  CpuBind bind = CpuBind::kNone;  // --bind
+  // --rank_mapping_file (as given) and --enable_auto_mapping, the fleet launcher's rank
+  // placement. With both, `rank_mapping` is the file's (read and checked by parse_options):
+  // cluster_node_ips are then its hosts, node_ip one of them (the only one by default) and
+  // nproc_per_node the number of ranks this node runs.
+  std::optional<std::string> rank_mapping_file;
+  bool enable_auto_mapping = false;
+  std::optional<RankMapping> rank_mapping;
   bool report = true;    // --report[=false]: write LOG_DIR/report.json and report.html
   bool help = false;     // --help / -h: print help_text() and exit 0 (WORKER not required)
   bool version = false;  // --version: print the version and exit 0 (WORKER not required)

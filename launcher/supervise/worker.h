@@ -31,6 +31,8 @@ struct Worker {
   // Its log file's name when not log_file_name(role, index): Paddle 2.x's log folder numbers
   // each role's logs on this node from 0 (launcher/job/job.cpp).
   std::optional<std::string> log_file;
+  // The CPUs it is pinned to before exec (--bind, cpu_binding.h); empty: not pinned.
+  std::vector<int> cpus;
 
   std::string name() const { return process_name(role, index); }
   std::string log_name() const { return log_file.value_or(log_file_name(role, index)); }

@@ -1,6 +1,7 @@
 #include "launcher/supervise/worker_group.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/prctl.h>
@@ -31,7 +32,7 @@ namespace {
 
 // Runs in the forked child before exec: own process group, die with the launcher, output to the
 // pipe, signal state as a fresh process expects it.
-void prepare_child(pid_t launcher_pid, int out_fd) {
+void prepare_child(pid_t launcher_pid, int out_fd, const cpu_set_t* cpus) {
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   // The launcher may have died between fork() and prctl(); then nobody would kill us.
@@ -43,6 +44,12 @@ void prepare_child(pid_t launcher_pid, int out_fd) {
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  // --bind: pinned before exec, so the program and every thread it starts stay on these CPUs.
+  if (cpus != nullptr && ::sched_setaffinity(0, sizeof(cpu_set_t), cpus) != 0) {
+    static constexpr char kMessage[] = "launch: --bind: sched_setaffinity failed in the child\n";
+    [[maybe_unused]] const auto n = ::write(STDERR_FILENO, kMessage, sizeof(kMessage) - 1);
+    ::_exit(kExitError);
+  }
 }
 
 }  // namespace
@@ -93,6 +100,13 @@ bool WorkerGroup::start(std::size_t i, const Worker& worker, std::string& error)
   }
   bp::environment environment;
   for (const auto& [name, value] : worker.env) environment[name] = value;
+  // Built here: the child may not allocate between fork and exec.
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  for (int c : worker.cpus) {
+    if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &cpus);
+  }
+  const bool bound = !worker.cpus.empty();
   p.error_file = env::lookup(worker.env, env::kElasticErrorFile).value_or("");
   if (std::string why; !p.error_file.empty() && !remove_error_file(p.error_file, why)) {
     spdlog::warn("{}: {}", p.name, why);
@@ -102,8 +116,8 @@ bool WorkerGroup::start(std::size_t i, const Worker& worker, std::string& error)
   try {
     bp::child child(
         bp::exe = worker.executable, bp::args = worker.args, environment, bp::std_in < bp::null,
-        bp::extend::on_exec_setup = [launcher_pid, out_fd](auto&) {
-          prepare_child(launcher_pid, out_fd);
+        bp::extend::on_exec_setup = [launcher_pid, out_fd, bind = bound ? &cpus : nullptr](auto&) {
+          prepare_child(launcher_pid, out_fd, bind);
         });
     p.pid = child.id();
     child.detach();  // reaped by reap() (SIGCHLD + waitpid)
