@@ -79,7 +79,9 @@ std::string help_line(const FlagSpec& f) {
   if (!f.default_text.empty()) text += " (default: " + f.default_text + ")";
   std::vector<std::string> aliases;
   for (const Spelling& s : f.aliases) {
-    aliases.push_back("--" + s.name + " (" + origin_name(s.origin) + ")");
+    std::vector<std::string> launchers;
+    for (Origin o : s.origins) launchers.push_back(origin_name(o));
+    aliases.push_back("--" + s.name + " (" + listed(launchers, "", "") + ")");
   }
   text += listed(aliases, "; also ", "");
   std::string line = left;
@@ -100,7 +102,9 @@ std::string spellings_in(const FlagSpec& f, std::initializer_list<Origin> origin
       if (o == origin) names.push_back(f.name);
     }
     for (const Spelling& s : f.aliases) {
-      if (s.origin == origin) names.push_back(s.name);
+      for (Origin o : s.origins) {
+        if (o == origin) names.push_back(s.name);
+      }
     }
     for (const std::string& name : names) {
       std::string cell;

@@ -61,7 +61,11 @@ class Flag {
     return *this;
   }
   Flag& alias(std::string name, Origin origin, bool reported = false) {
-    spec_.aliases.push_back(Spelling{std::move(name), origin, reported});
+    spec_.aliases.push_back(Spelling{std::move(name), {origin}, reported});
+    return *this;
+  }
+  Flag& alias(std::string name, std::initializer_list<Origin> origins, bool reported = false) {
+    spec_.aliases.push_back(Spelling{std::move(name), origins, reported});
     return *this;
   }
   Flag& also_in(std::initializer_list<Origin> origins) {
@@ -165,7 +169,7 @@ std::vector<FlagSpec> workers_and_devices() {
       Flag("nproc_per_node")
           .value("N|auto|cpu|gpu")
           .group(FlagGroup::kWorkers)
-          .also_in({Origin::kTorchrun, Origin::kPaddle2})
+          .also_in({Origin::kTorchrun, Origin::kFleetrun, Origin::kPaddle2})
           .pet()
           .paddle("PADDLE_NPROC_PER_NODE")
           .default_is("the number of selected GPUs, else 1")
@@ -247,7 +251,7 @@ std::vector<FlagSpec> workers_and_devices() {
                "contiguous, equal share of the CPUs `launch` may use (sharing only when there are "
                "more processes than CPUs); `numa` gives each the CPUs of one NUMA node, the "
                "processes spread over the nodes in local rank order. See "
-               "[gpu.md](gpu.md#cpu-binding).")
+               "[cpu-binding.md](cpu-binding.md).")
           .config([](const LaunchOptions& o) { return std::optional(cpu_bind_name(o.bind)); })
           .done());
   return t;
@@ -361,7 +365,7 @@ std::vector<FlagSpec> nodes() {
       Flag("cluster_node_ips")
           .value("ip1,ip2,...")
           .group(FlagGroup::kNodes)
-          .alias("ips", Origin::kPaddle2, true)
+          .alias("ips", {Origin::kFleetrun, Origin::kPaddle2}, true)
           .also_in({Origin::kPaddle18})
           .paddle("PADDLE_IPS", "ips")
           .default_is("127.0.0.1, or Slurm's node list")
@@ -950,7 +954,7 @@ std::vector<Origin> spelling_origins(const FlagSpec& spec, const std::string& ty
     origins.insert(origins.end(), spec.also_in.begin(), spec.also_in.end());
   }
   for (const Spelling& s : spec.aliases) {
-    if (s.name == name) origins.push_back(s.origin);
+    if (s.name == name) origins.insert(origins.end(), s.origins.begin(), s.origins.end());
   }
   if (name == typed) return origins;
   // The dash form: torchrun's, when torchrun has the name.

@@ -62,7 +62,7 @@ enum class ValueType {
 // under another name: errors use the flag's name, and the last one given wins.
 struct Spelling {
   std::string name;  // underscore form; the dash form is accepted as well
-  Origin origin = Origin::kOurs;
+  std::vector<Origin> origins;  // the launchers that spell the flag so (fleetrun and 2.x: --ips)
   bool reported = false;
 };
 

@@ -8,8 +8,10 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -81,8 +83,10 @@ std::vector<std::string> run_launchers(const TempDir& dir, const std::vector<std
   std::vector<std::unique_ptr<ddl::testing::ChildProcess>> pods;
   for (std::size_t node = 0; node < envs.size(); ++node) {
     ddl::testing::SpawnOptions o;
+    // Each pod has its own log folder, as pods have their own file systems (Paddle 2.x names
+    // the logs by local index, so pods sharing one folder would overwrite each other's).
     o.argv = {kBin + "/launch", "--print_config=false", "--rendezvous_timeout=60", "--log_dir",
-              (dir.path() / "logs").string()};
+              (dir.path() / ("pod" + std::to_string(node)) / "logs").string()};
     o.argv.insert(o.argv.end(), flags.begin(), flags.end());
     o.argv.insert(o.argv.end(), {kBin + "/hello_worker", "--show_env", "PADDLE_JOB_ID"});
     o.env = envs[node];
@@ -193,12 +197,20 @@ TEST(KubeflowPaddleJob, PodsWithoutNodeRanksFormOneJob) {
   }
   EXPECT_EQ(hosts, 1) << "exactly one launcher is node 0";
   EXPECT_TRUE(contains(outs[0] + outs[1], "node rank 1 assigned by node 0's control store"));
-  for (int rank = 0; rank < 4; ++rank) {
-    const std::string log =
-        read_file(dir.path() / "logs" / ("workerlog." + std::to_string(rank)));
-    EXPECT_TRUE(contains(log, "hello from rank " + std::to_string(rank) + " of 4")) << log;
-    EXPECT_TRUE(contains(log, "ENV PADDLE_JOB_ID=mnist-paddle\n")) << log;
+  // PADDLE_MASTER is Paddle 2.x's spelling: each pod's log folder holds workerlog.0 and
+  // workerlog.1 (local indexes); together the pods' logs show global ranks 0..3.
+  std::set<int> ranks;
+  for (int pod = 0; pod < 2; ++pod) {
+    for (int local = 0; local < 2; ++local) {
+      const std::string log = read_file(dir.path() / ("pod" + std::to_string(pod)) / "logs" /
+                                        ("workerlog." + std::to_string(local)));
+      EXPECT_TRUE(contains(log, "ENV PADDLE_JOB_ID=mnist-paddle\n")) << log;
+      for (int rank = 0; rank < 4; ++rank) {
+        if (contains(log, "hello from rank " + std::to_string(rank) + " of 4")) ranks.insert(rank);
+      }
+    }
   }
+  EXPECT_EQ(ranks, (std::set<int>{0, 1, 2, 3}));
 }
 
 // An elastic PyTorchJob without a Master replica: PET_RDZV_BACKEND=c10d and PET_RDZV_ENDPOINT,
@@ -222,9 +234,14 @@ TEST(KubeflowPyTorchJob, ElasticPodsWithoutNodeRanksFormOneJob) {
     SCOPED_TRACE("pod " + std::to_string(pod) + ":\n" + outs[pod]);
     ASSERT_EQ(codes[pod], 0);
   }
+  // Node ranks are handed out in arrival order: rank R's log is in whichever pod got it.
   for (int rank = 0; rank < 2; ++rank) {
-    const std::string log =
-        read_file(dir.path() / "logs" / ("workerlog." + std::to_string(rank)));
+    std::string log;
+    for (int pod = 0; pod < 2; ++pod) {
+      const auto path = dir.path() / ("pod" + std::to_string(pod)) / "logs" /
+                        ("workerlog." + std::to_string(rank));
+      if (std::filesystem::exists(path)) log += read_file(path);
+    }
     EXPECT_TRUE(contains(log, "hello from rank " + std::to_string(rank) + " of 2")) << log;
   }
 }
