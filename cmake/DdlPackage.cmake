@@ -13,6 +13,8 @@ if(TARGET ddl_cuda_nccl)
   ddl_install_targets(ddl_cuda_nccl)
 endif()
 install(TARGETS launch RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# launch_ps (launcher/options/launch_ps.h): a relative link to launch beside it.
+install(CODE "file(CREATE_LINK launch \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_BINDIR}/launch_ps\" SYMBOLIC)")
 
 set(DDL_PACKAGE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/ddlaunch)
 install(EXPORT ddlaunchTargets NAMESPACE ddlaunch:: DESTINATION ${DDL_PACKAGE_DIR})

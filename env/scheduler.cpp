@@ -38,9 +38,11 @@ void common_fields(const EnvMap& env, WorkerContract& c, bool spans_hosts,
                    const std::string& forward_hint) {
   if (auto v = lookup(env, kJobSecret)) c.secret = *v;
   if (spans_hosts && c.secret.empty()) {
-    throw EnvError("a job across machines (contract from " + source_name(c.source) +
-                   ") needs " + kJobSecret + " set to the same value in every rank: it admits "
-                   "the ranks to rank 0's store (" + forward_hint + ")");
+    throw EnvError("a job across machines (contract from " + source_name(c.source) + ") needs " +
+                   kJobSecret +
+                   " set to the same value in every rank: it admits "
+                   "the ranks to rank 0's store (" +
+                   forward_hint + ")");
   }
   if (auto v = lookup(env, kRendezvousTimeoutMs)) {
     const int ms = parse_non_negative_int(*v, kRendezvousTimeoutMs);
@@ -62,12 +64,11 @@ std::optional<WorkerContract> mpi_contract(const EnvMap& env) {
   if (!one_node && !lookup(env, kMasterAddr)) {
     throw EnvError(std::string(kOmpiSize) + "=" + std::to_string(c.world_size) + " spans nodes (" +
                    kOmpiLocalSize + "=" + std::to_string(c.local_world_size) + ") but " +
-                   kMasterAddr + " is not set: pass rank 0's host, e.g. mpirun -x " +
-                   kMasterAddr + "=<host>");
+                   kMasterAddr + " is not set: pass rank 0's host, e.g. mpirun -x " + kMasterAddr +
+                   "=<host>");
   }
-  const Endpoint store =
-      store_endpoint(env, one_node ? std::optional<std::string>("127.0.0.1") : std::nullopt,
-                     kMpiDefaultPort);
+  const Endpoint store = store_endpoint(
+      env, one_node ? std::optional<std::string>("127.0.0.1") : std::nullopt, kMpiDefaultPort);
   c.endpoints = {store};
   // On one node every rank listens where the store is; across nodes on this machine's name.
   c.current = Endpoint{one_node ? store.host : std::string(), 0};
@@ -135,9 +136,9 @@ std::optional<MpiProcess> mpi_process(const EnvMap& env) {
   if (p.size < 1 || p.rank >= p.size || p.local_size < 1 || p.local_rank >= p.local_size ||
       p.local_size > p.size) {
     throw EnvError(family + " environment is inconsistent: " + kOmpiRank + "=" +
-                   std::to_string(p.rank) + ", " + kOmpiSize + "=" + std::to_string(p.size) +
-                   ", " + kOmpiLocalRank + "=" + std::to_string(p.local_rank) + ", " +
-                   kOmpiLocalSize + "=" + std::to_string(p.local_size));
+                   std::to_string(p.rank) + ", " + kOmpiSize + "=" + std::to_string(p.size) + ", " +
+                   kOmpiLocalRank + "=" + std::to_string(p.local_rank) + ", " + kOmpiLocalSize +
+                   "=" + std::to_string(p.local_size));
   }
   p.job_id = lookup(env, kOmpiJobId).value_or("");
   return p;
@@ -160,7 +161,8 @@ std::optional<PaddleCloudNode> paddle_cloud_node(const EnvMap& env) {
     const std::size_t comma = trainers.find(',', start);
     const std::string ip =
         trainers.substr(start, comma == std::string::npos ? comma : comma - start);
-    if (ip.empty()) throw EnvError(std::string(kPaddleTrainers) + "='" + trainers + "': empty entry");
+    if (ip.empty())
+      throw EnvError(std::string(kPaddleTrainers) + "='" + trainers + "': empty entry");
     n.node_ips.push_back(ip);
     if (comma == std::string::npos) break;
     start = comma + 1;
@@ -180,21 +182,29 @@ std::optional<PaddleCloudNode> paddle_cloud_node(const EnvMap& env) {
   const int nodes = static_cast<int>(n.node_ips.size());
   if (n.node_rank >= nodes) {
     throw EnvError(std::string(kTrainerId) + "=" + std::to_string(n.node_rank) +
-                   " is not below the " + std::to_string(nodes) + " node(s) of " +
-                   kPaddleTrainers + "='" + trainers + "'");
+                   " is not below the " + std::to_string(nodes) + " node(s) of " + kPaddleTrainers +
+                   "='" + trainers + "'");
   }
   if (auto v = lookup(env, kDistributedTrainerEndpoints)) {
     n.endpoints = parse_endpoint_list(*v, kDistributedTrainerEndpoints);
     if (!n.ports_num) {
-      throw EnvError(std::string(kDistributedTrainerEndpoints) + " is set but " +
-                     kTrainerPortsNum + " is not: it says how many of its endpoints each node has");
-    }
-    if (n.endpoints.size() != static_cast<std::size_t>(nodes) * *n.ports_num) {
+      // Paddle 1.8 splits the list evenly over the nodes when TRAINER_PORTS_NUM is unset.
+      if (n.endpoints.size() % static_cast<std::size_t>(nodes) != 0) {
+        throw EnvError(std::string(kDistributedTrainerEndpoints) + " lists " +
+                       std::to_string(n.endpoints.size()) +
+                       " endpoint(s), not the same number for " + "each of " + kPaddleTrainers +
+                       "'s " + std::to_string(nodes) + " node(s) (set " + kTrainerPortsNum +
+                       " to say how many each has)");
+      }
+      n.endpoints_per_node = static_cast<int>(n.endpoints.size()) / nodes;
+    } else if (n.endpoints.size() != static_cast<std::size_t>(nodes) * *n.ports_num) {
       throw EnvError(std::string(kDistributedTrainerEndpoints) + " lists " +
-                     std::to_string(n.endpoints.size()) + " endpoint(s), but " +
-                     kPaddleTrainers + "'s " + std::to_string(nodes) + " node(s) x " +
-                     kTrainerPortsNum + "=" + std::to_string(*n.ports_num) + " make " +
+                     std::to_string(n.endpoints.size()) + " endpoint(s), but " + kPaddleTrainers +
+                     "'s " + std::to_string(nodes) + " node(s) x " + kTrainerPortsNum + "=" +
+                     std::to_string(*n.ports_num) + " make " +
                      std::to_string(nodes * *n.ports_num));
+    } else {
+      n.endpoints_per_node = *n.ports_num;
     }
   }
   return n;

@@ -58,6 +58,9 @@ struct PaddleCloudNode {
   // DISTRIBUTED_TRAINER_ENDPOINTS (paddlecloud >= 1.8.4): every node's TRAINER_PORTS_NUM
   // endpoints, node after node; empty when unset.
   std::vector<Endpoint> endpoints;
+  // The length of each node's block of `endpoints`: TRAINER_PORTS_NUM, or when it is unset the
+  // list split evenly over the nodes (as Paddle 1.8 does); 0 without endpoints.
+  int endpoints_per_node = 0;
 
   // Paddle takes the job from these variables only when PADDLE_TRAINERS_NUM is not 1.
   bool in_use() const { return trainers_num != 1; }
@@ -66,8 +69,9 @@ struct PaddleCloudNode {
 // std::nullopt unless PADDLE_TRAINERS, POD_IP and PADDLE_TRAINER_ID are all set (the launchers'
 // test for PaddleCloud; Paddle's own cloud tests leave TRAINER_PORTS_NUM unset in their abort
 // case, and later fleet launchers ask for it too: it is read when set). Malformed values, a node
-// rank outside the node list, DISTRIBUTED_TRAINER_ENDPOINTS without TRAINER_PORTS_NUM or with a
-// length other than nodes x TRAINER_PORTS_NUM throw EnvError naming the variable.
+// rank outside the node list, DISTRIBUTED_TRAINER_ENDPOINTS with a length other than
+// nodes x TRAINER_PORTS_NUM (or, without it, not a multiple of the nodes) throw EnvError naming
+// the variable.
 std::optional<PaddleCloudNode> paddle_cloud_node(const EnvMap& env);
 
 // The variables paddle_cloud_node() needs that `env` lacks (empty when none), for the message

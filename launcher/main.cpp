@@ -1,14 +1,18 @@
 // `launch [options] WORKER [WORKER ARGS...]`: starts this node's workers of a data-parallel job
 // and supervises them. This file is the process around the job: the command line
 // (launcher/options/options.h), signals, logging, and errors printed as one line. The job itself,
-// and what each exit code means, is launcher/job/job.h; the README's "Failure semantics" has the whole story.
+// and what each exit code means, is launcher/job/job.h; the README's "Failure semantics" has the
+// whole story.
 #include <signal.h>
 
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "env/error.h"
 #include "launcher/job/job.h"
 #include "launcher/options/flags.h"
+#include "launcher/options/launch_ps.h"
 #include "launcher/options/options.h"
 #include "launcher/supervise/worker_lookup.h"
 #include "logging/log.h"
@@ -21,7 +25,13 @@ int run(int argc, char** argv) {
   MachineCounts machine;
   machine.cores = online_cores();
   machine.gpus = visible_gpu_count(caller_env);
-  const LaunchOptions options = parse_options(argc, argv, caller_env, machine);
+  // Started as `launch_ps` (a link to launch): Paddle 1.8's parameter-server launcher's defaults.
+  std::vector<std::string> args(argv, argv + argc);
+  if (!args.empty() && started_as_launch_ps(args[0])) args = launch_ps_arguments(args);
+  std::vector<const char*> c_args;
+  for (const std::string& a : args) c_args.push_back(a.c_str());
+  const LaunchOptions options =
+      parse_options(static_cast<int>(c_args.size()), c_args.data(), caller_env, machine);
   if (options.help) {
     std::cout << help_text();
     return 0;

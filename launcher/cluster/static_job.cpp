@@ -30,10 +30,13 @@ std::vector<env::Endpoint> cloud_endpoints(const JobConfig& config,
   const int count = local_endpoint_count(config);
   const int nodes = static_cast<int>(cloud.node_ips.size());
   if (!cloud.endpoints.empty()) {
-    const int ports_num = *cloud.ports_num;  // set with the endpoints (env/scheduler.h)
+    const int ports_num = cloud.endpoints_per_node;
     if (ports_num < count) {
-      throw PlanError(std::string(env::kTrainerPortsNum) + "=" + std::to_string(ports_num) +
-                      " gives each node that many endpoints of " +
+      const std::string given =
+          cloud.ports_num
+              ? std::string(env::kTrainerPortsNum) + "=" + std::to_string(ports_num) + " gives"
+              : std::string(env::kDistributedTrainerEndpoints) + " split over the nodes gives";
+      throw PlanError(given + " each node " + std::to_string(ports_num) + " endpoint(s) of " +
                       env::kDistributedTrainerEndpoints + ", fewer than its " +
                       std::to_string(count) + " trainer(s)");
     }

@@ -82,8 +82,7 @@ double done_at(const std::string& log) {
 }
 
 double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 TEST(PaddlePs, FleetStyleServersAreKilledAsSoonAsTheTrainersAreDone) {
@@ -92,13 +91,14 @@ TEST(PaddlePs, FleetStyleServersAreKilledAsSoonAsTheTrainersAreDone) {
   const std::string err = job.run->err();
   ASSERT_EQ(job.code, 0) << err;
   const double ended = now_seconds();
-  const double last_trainer = std::max(done_at(job.log("workerlog.0")), done_at(job.log("workerlog.1")));
+  const double last_trainer =
+      std::max(done_at(job.log("workerlog.0")), done_at(job.log("workerlog.1")));
   ASSERT_GT(last_trainer, 0.0) << job.log("workerlog.0");
   EXPECT_LT(ended - last_trainer, 5.0) << "servers stopped well before the 10 s of a grace";
   EXPECT_TRUE(contains(err, "server are killed")) << err;
   EXPECT_TRUE(contains(err, "all workers exit, going to finish parameter server")) << err;
-  EXPECT_EQ(job.log_names(), (std::vector<std::string>{"serverlog.0", "serverlog.1",
-                                                      "workerlog.0", "workerlog.1"}));
+  EXPECT_EQ(job.log_names(),
+            (std::vector<std::string>{"serverlog.0", "serverlog.1", "workerlog.0", "workerlog.1"}));
   for (int i = 0; i < 2; ++i) {
     const std::string s = job.log("serverlog." + std::to_string(i));
     EXPECT_TRUE(contains(s, "ENV TRAINING_ROLE=PSERVER\n")) << s;
@@ -142,8 +142,8 @@ TEST(PaddlePs, RunModePsAloneIsOneServerAndOneTrainer) {
 
 TEST(PaddlePs, HeterWorkersGetTheirStagesAndLogsAndStopWithTheServers) {
   // test_fleet_launch_ps.sh's heter case, with two heter stages of different devices.
-  PsJob job({"--server_num=1", "--worker_num=2", "--heter_worker_num=1;2",
-             "--heter_devices=gpu;xpu"});
+  PsJob job(
+      {"--server_num=1", "--worker_num=2", "--heter_worker_num=1;2", "--heter_devices=gpu;xpu"});
   const std::string err = job.run->err();
   ASSERT_EQ(job.code, 0) << err;
   EXPECT_EQ(job.log_names(),
@@ -192,6 +192,67 @@ TEST(PaddlePs, BadHeterCombinationsAreOneLineErrors) {
     EXPECT_EQ(job.code, 2) << flags[0] << "\n" << err;
     EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
   }
+}
+
+// `launch_ps` (a link to launch) runs Paddle 1.8's test_launch_ps.sh command line unchanged:
+// `python -m paddle.distributed.launch_ps fleet_ps_training.py` without flags is 2 servers at
+// 127.0.0.1:6170 and 6171, 2 trainers, logs in ./logs, the servers killed once the trainers end.
+// Port 6170 is fixed: the test holds the RESOURCE_LOCK paddle_cloud_port.
+struct LaunchPsJob {
+  TempDir dir{"paddle_launch_ps"};
+  std::unique_ptr<testing::ChildProcess> child;
+  std::optional<int> code;
+
+  explicit LaunchPsJob(const std::string& flags) {
+    std::ofstream(dir.path() / "ps_program.py") << kProgram;
+    env::EnvMap environment = env::current_environment();
+    environment.erase(env::kJobSecret);
+    environment.erase(env::kJobId);
+    environment.erase(env::kOmpNumThreads);
+    testing::SpawnOptions o;
+    const std::string launch_ps = (fs::path(kLaunch).parent_path() / "launch_ps").string();
+    o.argv = {"/bin/sh", "-c",
+              "cd '" + dir.path().string() + "' && exec '" + launch_ps + "' " + flags +
+                  " ps_program.py logs"};
+    o.env = environment;
+    o.stdout_path = dir.path() / "stdout";
+    o.stderr_path = dir.path() / "stderr";
+    o.own_process_group = true;
+    child = std::make_unique<testing::ChildProcess>(o);
+    code = child->wait(milliseconds(30'000));
+  }
+  std::string err() const { return read_file(dir.path() / "stderr"); }
+  std::string log(const std::string& name) const { return read_file(dir.path() / "logs" / name); }
+};
+
+TEST(PaddlePs, LaunchPsWithoutFlagsIsPaddle18sDefaultJob) {
+  LaunchPsJob job("");
+  ASSERT_EQ(job.code, 0) << job.err();
+  for (int i = 0; i < 2; ++i) {
+    const std::string s = job.log("serverlog." + std::to_string(i));
+    EXPECT_TRUE(contains(s, "ENV TRAINING_ROLE=PSERVER\n")) << s;
+    EXPECT_TRUE(contains(s, "ENV PADDLE_PSERVERS_IP_PORT_LIST=127.0.0.1:6170,127.0.0.1:6171\n"))
+        << s;
+    EXPECT_TRUE(contains(s, "ENV PADDLE_PORT=" + std::to_string(6170 + i) + "\n")) << s;
+    const std::string t = job.log("workerlog." + std::to_string(i));
+    EXPECT_TRUE(contains(t, "ENV TRAINING_ROLE=TRAINER\n")) << t;
+    EXPECT_TRUE(contains(t, "ENV PADDLE_TRAINER_ID=" + std::to_string(i) + "\n")) << t;
+    EXPECT_TRUE(contains(t, "ENV PADDLE_TRAINERS_NUM=2\n")) << t;
+    EXPECT_TRUE(contains(t, "TRAINER DONE")) << t;
+  }
+  EXPECT_TRUE(contains(job.err(), "all parameter server are killed")) << job.err();
+}
+
+TEST(PaddlePs, LaunchPsEndpointsAreTheServerList) {
+  const int a = ddl::testing::free_port(), b = ddl::testing::free_port();
+  const std::string list = "127.0.0.1:" + std::to_string(a) + ",127.0.0.1:" + std::to_string(b);
+  LaunchPsJob job("--endpoints=" + list + " --worker_num=1");
+  ASSERT_EQ(job.code, 0) << job.err();
+  EXPECT_TRUE(contains(job.log("serverlog.1"), "ENV PADDLE_PORT=" + std::to_string(b) + "\n"))
+      << job.log("serverlog.1");
+  EXPECT_TRUE(contains(job.log("workerlog.0"), "ENV PADDLE_PSERVERS_IP_PORT_LIST=" + list + "\n"))
+      << job.log("workerlog.0");
+  EXPECT_FALSE(fs::exists(job.dir.path() / "logs" / "workerlog.1")) << "--worker_num=1";
 }
 
 }  // namespace

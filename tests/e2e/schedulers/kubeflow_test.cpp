@@ -22,10 +22,10 @@
 
 namespace {
 
-using std::chrono::milliseconds;
 using ddl::testing::contains;
 using ddl::testing::read_file;
 using ddl::testing::TempDir;
+using std::chrono::milliseconds;
 
 const std::string kBin = DDL_BIN_DIR;
 
@@ -115,8 +115,8 @@ std::vector<std::string> run_pods(const TempDir& dir, const std::vector<std::str
   std::vector<std::unique_ptr<ddl::testing::ChildProcess>> pods;
   for (int node = 0; node < 2; ++node) {
     ddl::testing::SpawnOptions o;
-    o.argv = {kBin + "/launch", "--print_config=false", "--rendezvous_timeout=60",
-              "--log_dir", (dir.path() / ("pod" + std::to_string(node))).string()};
+    o.argv = {kBin + "/launch", "--print_config=false", "--rendezvous_timeout=60", "--log_dir",
+              (dir.path() / ("pod" + std::to_string(node))).string()};
     o.argv.insert(o.argv.end(), flags.begin(), flags.end());
     o.argv.insert(o.argv.end(), {kBin + "/hello_worker", "--show_env", "RANK"});
     o.env = pod_env(node, port, nproc);
@@ -145,9 +145,10 @@ TEST(KubeflowPyTorchJob, PodsFormOneJobFromTheOperatorsVariables) {
   for (int node = 0; node < 2; ++node) {
     SCOPED_TRACE("pod " + std::to_string(node) + ":\n" + outs[node]);
     ASSERT_EQ(codes[node], 0);
-    EXPECT_TRUE(contains(outs[node], "flag defaults from the environment (torchrun's PET_<FLAG>, "
-                                     "Paddle's PADDLE_<FLAG>): PET_NNODES=2, PET_NODE_RANK=" +
-                                         std::to_string(node)));
+    EXPECT_TRUE(contains(outs[node],
+                         "flag defaults from the environment (torchrun's PET_<FLAG>, "
+                         "Paddle's PADDLE_<FLAG>): PET_NNODES=2, PET_NODE_RANK=" +
+                             std::to_string(node)));
     EXPECT_TRUE(contains(outs[node], "node " + std::to_string(node) + " of 2"));
   }
   for (int rank = 0; rank < 4; ++rank) {

@@ -155,7 +155,11 @@ TEST(StaticJob, CloudEndpointList) {
   c.nproc_per_node = 1;
   env::EnvMap env = kCloud;
   env["DISTRIBUTED_TRAINER_ENDPOINTS"] = "127.0.0.1:1,127.0.0.1:2,127.0.0.2:3,127.0.0.2:4";
-  EXPECT_THROW(env::paddle_cloud_node(env), env::EnvError) << "TRAINER_PORTS_NUM is needed";
+  // Without TRAINER_PORTS_NUM the list is split evenly over the nodes, as Paddle 1.8 does.
+  EXPECT_EQ(joined(static_endpoints(c, cloud(env))), "127.0.0.1:1,127.0.0.2:3");
+  env["DISTRIBUTED_TRAINER_ENDPOINTS"] = "127.0.0.1:1,127.0.0.1:2,127.0.0.2:3";
+  EXPECT_THROW(env::paddle_cloud_node(env), env::EnvError) << "3 endpoints over 2 nodes";
+  env["DISTRIBUTED_TRAINER_ENDPOINTS"] = "127.0.0.1:1,127.0.0.1:2,127.0.0.2:3,127.0.0.2:4";
   env["TRAINER_PORTS_NUM"] = "3";
   EXPECT_THROW(env::paddle_cloud_node(env), env::EnvError) << "2 nodes x 3 is not 4";
   env["TRAINER_PORTS_NUM"] = "2";
