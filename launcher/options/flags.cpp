@@ -463,17 +463,17 @@ std::vector<FlagSpec> nodes() {
                "starts its trainers without talking to the others. Without the flag the same "
                "happens when all three variables are set (the fleet launcher's switch); see "
                "[Multi-node jobs](multi-node.md#paddlecloud).")
-          .config([](const LaunchOptions& o) { return std::optional(python_bool(o.use_paddlecloud)); })
+          .config(
+              [](const LaunchOptions& o) { return std::optional(python_bool(o.use_paddlecloud)); })
           .done());
-  t.push_back(
-      Flag("require_secret")
-          .switch_()
-          .group(FlagGroup::kNodes)
-          .help("refuse a multi-node job without DDL_JOB_SECRET (as DDL_REQUIRE_SECRET=1)")
-          .doc("refuse to start a multi-node job unless `DDL_JOB_SECRET` is set (exit 2), "
-               "instead of running it unauthenticated as torchrun and Paddle do; "
-               "`DDL_REQUIRE_SECRET=1` in the environment does the same for a whole site.")
-          .done());
+  t.push_back(Flag("require_secret")
+                  .switch_()
+                  .group(FlagGroup::kNodes)
+                  .help("refuse a multi-node job without DDL_JOB_SECRET (as DDL_REQUIRE_SECRET=1)")
+                  .doc("refuse to start a multi-node job unless `DDL_JOB_SECRET` is set (exit 2), "
+                       "instead of running it unauthenticated as torchrun and Paddle do; "
+                       "`DDL_REQUIRE_SECRET=1` in the environment does the same for a whole site.")
+                  .done());
   t.push_back(
       Flag("master")
           .value("HOST:PORT")
@@ -497,7 +497,8 @@ std::vector<FlagSpec> nodes() {
                "in order (`--cluster_node_ips` is not used); a node's ranks are its workers in "
                "local rank order, the i-th on device i (or the i-th of `--selected_gpus`). The "
                "ranks must be 0..N-1, each once. See [multi-node.md](multi-node.md#rank-mapping).")
-          .config([](const LaunchOptions& o) { return std::optional(or_none(o.rank_mapping_file)); })
+          .config(
+              [](const LaunchOptions& o) { return std::optional(or_none(o.rank_mapping_file)); })
           .done());
   t.push_back(
       Flag("enable_auto_mapping")
@@ -828,6 +829,38 @@ std::vector<FlagSpec> compatibility() {
           .help("only its default SIGTERM,SIGINT,SIGHUP,SIGQUIT, which launch always forwards "
                 "(SIGUSR1 dumps stacks)")
           .done());
+  t.push_back(
+      Flag("legacy")
+          .boolean("true")
+          .group(FlagGroup::kCompatibility)
+          .also_in({Origin::kPaddle2})
+          .default_is("false")
+          .help("Paddle 2.x: true runs the command line as its legacy launcher (the fleet "
+                "launcher's) would")
+          .doc("Paddle 2.x's switch to its legacy launcher: `true` makes the command line the "
+               "fleet launcher's (its dialect: `FLAGS_selected_gpus` set on CPU trainers, logs "
+               "named by global rank, no `JOB_ID.POD.log`); see "
+               "[Whose flags](#whose-flags-the-dialect).")
+          .done());
+  const std::string auto_tuner =
+      "needs Paddle's auto-parallel tuner (paddle.distributed.auto_tuner, which runs trial jobs "
+      "under Paddle's own launcher to choose a parallel strategy); launch has none: run the "
+      "chosen configuration without it";
+  t.push_back(Flag("auto_tuner_json").value("FILE").refused(auto_tuner, Origin::kPaddle2).done());
+  t.push_back(
+      Flag("auto_cluster_config").value("BOOL").refused(auto_tuner, Origin::kPaddle2).done());
+  const std::string other_devices =
+      "launch drives CUDA GPUs (--devices/--gpus/--selected_gpus) and CPUs only; Kunlun XPUs and "
+      "Ascend NPUs are not supported";
+  t.push_back(Flag("xpus").value("0,1,...").refused(other_devices, Origin::kPaddle2).done());
+  t.push_back(Flag("npus").value("0,1,...").refused(other_devices, Origin::kPaddle2).done());
+  t.push_back(Flag("elastic_server")
+                  .value("HOST:PORT")
+                  .refused("the fleet launcher's etcd elastic mode (with --np, --scale) is not "
+                           "supported; launch's elastic jobs are --nnodes=MIN:MAX with "
+                           "--max_restarts and DDL_JOB_SECRET (docs/multi-node.md)",
+                           Origin::kFleetrun)
+                  .done());
   const std::string shared_log =
       "not supported: a rank's stdout and stderr share one log here (filter LOG_DIR/workerlog.N)";
   t.push_back(Flag("logs_specs")

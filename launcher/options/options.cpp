@@ -250,8 +250,8 @@ PsFlags parse_ps_flags(const GivenFlags& r, LaunchOptions& o) {
   if (r.has("servers")) o.servers = parse_ps_endpoints("servers", r.value("servers"));
   if (ps.paddle2_counts && !ps.server_num && o.servers.empty()) ps.server_num = 1;
   if (r.has("workers")) {
-    const int servers = o.servers.empty() ? ps.server_num.value_or(0)
-                                          : static_cast<int>(o.servers.size());
+    const int servers =
+        o.servers.empty() ? ps.server_num.value_or(0) : static_cast<int>(o.servers.size());
     o.workers = parse_workers(r.value("workers"), servers);
   }
   ps.ps_job = ps.server_num || !o.servers.empty();
@@ -375,17 +375,20 @@ void parse_rank_mapping_flags(const GivenFlags& r, const PsFlags& ps, const Mach
   o.enable_auto_mapping = r.boolean("enable_auto_mapping");
   if (!o.enable_auto_mapping) return;
   if (!o.rank_mapping_file) {
-    throw OptionsError("--enable_auto_mapping needs --rank_mapping_file (the JSON file naming "
-                       "each node's ranks)");
+    throw OptionsError(
+        "--enable_auto_mapping needs --rank_mapping_file (the JSON file naming "
+        "each node's ranks)");
   }
   const std::string& file = *o.rank_mapping_file;
   if (ps.ps_job) {
-    throw OptionsError("--rank_mapping_file places the ranks of a collective job; it cannot be "
-                       "combined with --server_num/--servers");
+    throw OptionsError(
+        "--rank_mapping_file places the ranks of a collective job; it cannot be "
+        "combined with --server_num/--servers");
   }
   if (o.nnodes || o.node_rank || o.master_addr) {
-    throw OptionsError("--rank_mapping_file names the nodes already; drop "
-                       "--nnodes/--node_rank/--master_addr/--master");
+    throw OptionsError(
+        "--rank_mapping_file names the nodes already; drop "
+        "--nnodes/--node_rank/--master_addr/--master");
   }
   o.rank_mapping = read_rank_mapping(file);
   const RankMapping& m = *o.rank_mapping;
@@ -782,6 +785,7 @@ LaunchOptions parse_options(int argc, const char* const argv[], const env::EnvMa
   o.version = r.has("version");
   if (o.help || o.version) return o;
   o.dialect = decide_dialect(command_line);
+  if (r.has("legacy") && r.boolean("legacy")) o.dialect = Dialect::kFleetrun;  // Paddle 2.x's
 
   const std::optional<int> nproc = parse_devices(r, env, machine, o);
   const PsFlags ps = parse_ps_flags(r, o);

@@ -1,5 +1,5 @@
-// Whose flags a command line uses (LaunchOptions::dialect), --backend and
-// --auto_parallel_config (issue 27).
+// Whose flags a command line uses (LaunchOptions::dialect), --backend, --legacy and the Paddle
+// flags launch refuses (--auto_parallel_config, --auto_tuner_json, ...) (issue 27).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -155,6 +155,24 @@ TEST(AutoParallelConfig, RefusedNamingWhatItNeeds) {
   } catch (const OptionsError& error) {
     EXPECT_EQ(error.exit_code(), 2);
   }
+}
+
+TEST(Paddle2Flags, LegacyTrueIsTheFleetLaunchersCommandLine) {
+  EXPECT_EQ(dialect({"--legacy=true", "--job_id=x"}), Dialect::kFleetrun);
+  EXPECT_EQ(dialect({"--legacy", "False", "--job_id=x"}), Dialect::kPaddle2);
+  EXPECT_FALSE(parse({"--legacy=1", "w"}).log_dir) << "no Paddle 2.x log folder by default";
+}
+
+TEST(Paddle2Flags, AutoTunerAndOtherDevicesAreRefusedNamingWhy) {
+  EXPECT_EQ(
+      error_of({"--auto_tuner_json=t.json", "w"}).rfind("--auto_tuner_json (Paddle 2.x's): ", 0),
+      0u);
+  EXPECT_NE(error_of({"--auto_cluster_config", "1", "w"}).find("auto-parallel tuner"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--xpus=0,1", "w"}).find("XPUs"), std::string::npos);
+  EXPECT_NE(error_of({"--npus=0", "w"}).find("NPUs"), std::string::npos);
+  EXPECT_NE(error_of({"--elastic_server=127.0.0.1:2379", "w"}).find("--nnodes=MIN:MAX"),
+            std::string::npos);
 }
 
 TEST(SpellingOrigins, FromTheFlagTable) {
