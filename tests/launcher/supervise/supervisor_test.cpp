@@ -104,7 +104,11 @@ TEST(SupervisorRoles, LogFilesAndEnvironmentFollowTheRole) {
         return std::vector<std::string>{"--lines", "2"};
       },
       Generation());
-  const JobOutcome outcome = supervise(launches, options_with_logs(dir));
+  // The servers print and exit by themselves: a grace keeps Paddle's rule (stop the servers as
+  // soon as the trainers are done) from killing one before it has printed.
+  SupervisorOptions o = options_with_logs(dir);
+  o.server_grace = milliseconds(20'000);
+  const JobOutcome outcome = supervise(launches, o);
   EXPECT_EQ(outcome.exit_code, 0);
   EXPECT_EQ(outcome.state, JobState::kRunning);
   const std::string logs = dir.file("logs");
@@ -167,6 +171,7 @@ TEST(SupervisorRoles, ConsolePrefixNamesTheRole) {
       Generation());
   SupervisorOptions o;  // no log dir: everything to the console, prefixed
   o.kill_timeout = milliseconds(1000);
+  o.server_grace = milliseconds(20'000);  // the servers exit by themselves once they printed
   const JobOutcome outcome = supervise(launches, o);
   const std::string out = ::testing::internal::GetCapturedStdout();
   EXPECT_EQ(outcome.exit_code, 0);
@@ -203,12 +208,18 @@ TEST(SupervisorRoles, ARestartStartsEveryRoleAgain) {
           if (g.first() && role == env::Role::kServer && i == 1) {
             return std::vector<std::string>{"--exit_code", "4"};
           }
+          // The first generation's trainers outlive the failing server (else Paddle's rule
+          // would end the servers once the trainers are done, failure unseen).
+          if (g.first() && role == env::Role::kTrainer) {
+            return std::vector<std::string>{"--lines", "1", "--sleep_ms", "20000"};
+          }
           return std::vector<std::string>{"--lines", "1"};
         },
         g);
   };
   SupervisorOptions o = options_with_logs(dir);
   o.restart_policy = RestartPolicy(1);
+  o.server_grace = milliseconds(20'000);  // the second generation's servers exit by themselves
   const JobOutcome outcome = supervise(factory, o);
   EXPECT_EQ(outcome.exit_code, 0);
   EXPECT_EQ(outcome.restarts, 1);
