@@ -2,6 +2,7 @@
 // - a damaged checkpoint is never resumed from: the trainer falls back to the previous one, says
 //   which file was bad, why and which one it uses, and ends like an undisturbed run;
 // - with no good previous one it is one line naming the file and the failed check, exit 4;
+// - under `launch`, every rank resumes from the file rank 0 chose, or every rank ends with exit 4;
 // - a disk that fills up during a save (a real tmpfs) is one line, exit 4, with no temporary file
 //   left and the previous checkpoint as it was; a stale temporary file of a killed writer is
 //   removed at the next start.
@@ -146,6 +147,47 @@ TEST(Checkpoints, ADamagedCheckpointWithNoGoodPreviousOneIsOneLineNamingTheFileE
                                 "no previous checkpoint '" + prev.string() + "'"});
     EXPECT_EQ(bytes_of(ckpt), d.bytes) << "a bad checkpoint with no fallback is left as found";
   }
+}
+
+// Under `launch` with two ranks rank 0 chooses and broadcasts: both ranks resume from the previous
+// checkpoint and agree; with nothing good left every rank ends with exit 4.
+TEST(Checkpoints, TwoRanksResumeFromRankZerosChoiceOrBothEndWithExit4) {
+  SKIP_WITHOUT_DATA();
+  TempDir dir;
+  const fs::path save = dir.path() / "ck";
+  const fs::path ckpt = dir.path() / "ck.pt", prev = dir.path() / "ck.prev.pt";
+  auto job = [&](const std::string& name, int max_steps, const std::vector<std::string>& extra) {
+    const fs::path logs = dir.path() / name;
+    LaunchRun run(dir, concat({"--nproc_per_node=2", "--log_dir", logs.string(),
+                               "--print_config=false", kTrain, "--data_dir", kData, "--epochs", "1",
+                               "--seed", "7", "--log_interval", "1", "--threads", "1", "--save",
+                               save.string(), "--max_steps", std::to_string(max_steps)},
+                              extra));
+    const int code = run.wait(kRunTimeout).value_or(-1);
+    return std::make_pair(code, logs);
+  };
+  const auto [first, first_logs] = job("first", 3, {"--save_every", "2"});
+  ASSERT_EQ(first, 0) << worker_log(first_logs, 0);
+  std::string bytes = bytes_of(ckpt);
+  bytes[bytes.size() / 3] ^= 0x10;
+  write_bytes(ckpt, bytes);
+
+  const auto [resumed, logs] = job("resumed", 3, {"--resume"});
+  ASSERT_EQ(resumed, 0) << worker_log(logs, 0);
+  EXPECT_TRUE(contains(worker_log(logs, 0), "resuming from the previous checkpoint"))
+      << worker_log(logs, 0);
+  EXPECT_TRUE(contains(worker_log(logs, 1), "resumed from " + prev.string() + " (rank 0's)"))
+      << worker_log(logs, 1);
+  EXPECT_EQ(summary_of(logs, 1)["param_checksum"], summary_of(first_logs, 0)["param_checksum"]);
+
+  fs::remove(prev);
+  write_bytes(ckpt, bytes_of(ckpt).substr(0, 1000));
+  const auto [refused, refused_logs] = job("refused", 3, {"--resume"});
+  EXPECT_EQ(refused, ddl::kExitBadCheckpoint);
+  EXPECT_TRUE(contains(worker_log(refused_logs, 0), "length check failed"))
+      << worker_log(refused_logs, 0);
+  EXPECT_TRUE(contains(worker_log(refused_logs, 1), "rank 0 found it damaged"))
+      << worker_log(refused_logs, 1);
 }
 
 // A tmpfs of `size` mounted on `dir` for the test's length; unmounted however the test ends.
