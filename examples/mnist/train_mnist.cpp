@@ -14,8 +14,10 @@
 // trainer pushes its gradients and gets the new parameters back instead of all-reducing.
 //
 // Checkpoints: rank 0 writes <save>.pt atomically after every epoch (and every --save_every steps
-// when set); --resume, or a restart by the launcher (DDL_RESTART_COUNT > 0) finding one, continues
-// from it on every rank, mid-epoch included.
+// when set), keeping the one it replaces as <save>.prev.pt; --resume, or a restart by the launcher
+// (DDL_RESTART_COUNT > 0) finding one, continues from it on every rank, mid-epoch included. Each
+// file carries a CRC-32 checked before resuming; a damaged one falls back to the previous one with
+// a warning, or ends the program (exit 4) when that is no good either.
 //
 // Exit codes (env/exit_codes.h): 0 done, 1 training failed, 2 bad options, 3 bad data,
 // 4 checkpoint problem, 5 environment / rendezvous / collective / parameter-server failure,
@@ -264,12 +266,13 @@ class CollectiveReplicas : public Replicas {
     ctx_ = prepare_context(env, context_options);
     optimizer_ = mnist::make_optimizer(opt.optimizer, model->parameters(), opt.lr);
     if (rule != ResumeRule::kNever) {
-      const std::optional<std::string> bytes = checkpoint_from_rank0(rule == ResumeRule::kRequired);
-      if (bytes) {
-        position = mnist::load_checkpoint_bytes(*bytes, checkpoint + " (rank 0's)", *model,
-                                                *optimizer_, device, position);
+      const std::optional<RankZeroCheckpoint> found =
+          checkpoint_from_rank0(rule == ResumeRule::kRequired);
+      if (found) {
+        position = mnist::load_checkpoint_bytes(found->bytes, found->name, *model, *optimizer_,
+                                                device, position);
         spdlog::info("resumed from {}: epoch {}, batch {}, step {} (written by a world of {})",
-                     checkpoint, position.epoch, position.batch, position.global_step,
+                     found->name, position.epoch, position.batch, position.global_step,
                      position.world_size);
         if (position.world_size != env.world_size && position.batch > 0) {
           // An elastic restart changed the world: the images of the epoch already seen are
@@ -318,37 +321,62 @@ class CollectiveReplicas : public Replicas {
   }
 
  private:
-  // Rank 0's checkpoint file, on every rank: nullopt when rank 0 has none (an error when
-  // `required`, on every rank alike).
-  std::optional<std::string> checkpoint_from_rank0(bool required) {
-    std::string bytes;
-    std::int64_t size = 0;
+  struct RankZeroCheckpoint {
+    std::string name;   // the file rank 0 chose (its previous one after a failed check)
+    std::string bytes;  // checked on rank 0, checked again by every rank as it loads them
+  };
+
+  // Rank 0's checkpoint file (or, when that fails its checks, its previous one), on every rank:
+  // nullopt when rank 0 has none (an error when `required`, on every rank alike). A damaged
+  // checkpoint with no good previous one is an error on every rank; rank 0's names the check.
+  std::optional<RankZeroCheckpoint> checkpoint_from_rank0(bool required) {
+    constexpr std::int64_t kNone = -1, kBad = -2;
+    std::optional<mnist::CheckpointChoice> choice;
+    std::optional<mnist::CheckpointError> failure;
+    std::int64_t size = kNone;
+    std::int64_t used_previous = 0;
     if (env_.rank == 0) {
-      std::error_code ec;
-      if (fs::is_regular_file(checkpoint_, ec)) {
-        std::ifstream in(checkpoint_, std::ios::binary);
-        bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-        size = in.bad() ? -2 : static_cast<std::int64_t>(bytes.size());
-      } else {
-        size = -1;
+      try {
+        choice = mnist::choose_checkpoint(checkpoint_);
+      } catch (const mnist::CheckpointError& e) {
+        failure = e;
+      }
+      if (failure) {
+        size = kBad;
+      } else if (choice) {
+        if (!choice->warning.empty()) spdlog::warn("{}", choice->warning);
+        size = static_cast<std::int64_t>(choice->bytes.size());
+        used_previous = choice->file != checkpoint_;
       }
     }
-    torch::Tensor header = torch::tensor({size}, torch::kLong).to(ctx_->device);
+    torch::Tensor header = torch::tensor({size, used_previous}, torch::kLong).to(ctx_->device);
     ctx_->comm->broadcast(header, 0);
-    size = header.cpu()[0].item<std::int64_t>();
-    if (size == -2) throw mnist::CheckpointError(checkpoint_, "rank 0 could not read it");
+    header = header.cpu();
+    size = header[0].item<std::int64_t>();
+    used_previous = header[1].item<std::int64_t>();
+    if (failure) throw *failure;
+    if (size == kBad) {
+      throw mnist::CheckpointError(checkpoint_,
+                                   "rank 0 found it damaged (its log names the check)");
+    }
     if (size < 0) {
       if (required) throw mnist::CheckpointError(checkpoint_, "rank 0 has no checkpoint there");
       return std::nullopt;
     }
+    const std::string name =
+        (used_previous ? mnist::previous_checkpoint_path(checkpoint_) : checkpoint_) +
+        (env_.rank == 0 ? "" : " (rank 0's)");
     // Gloo broadcasts whole 32-bit words: the bytes travel padded to a multiple of 4.
     const std::int64_t padded = (size + 3) / 4 * 4;
     torch::Tensor data = torch::zeros({padded}, torch::kUInt8);
-    if (env_.rank == 0 && size > 0) std::memcpy(data.data_ptr(), bytes.data(), bytes.size());
+    if (env_.rank == 0 && size > 0) {
+      std::memcpy(data.data_ptr(), choice->bytes.data(), choice->bytes.size());
+    }
     torch::Tensor words = data.view(torch::kInt32).to(ctx_->device);
     ctx_->comm->broadcast(words, 0);
     data = words.cpu().contiguous().view(torch::kUInt8);
-    return std::string(static_cast<const char*>(data.data_ptr()), static_cast<std::size_t>(size));
+    return RankZeroCheckpoint{name, std::string(static_cast<const char*>(data.data_ptr()),
+                                                static_cast<std::size_t>(size))};
   }
 
   bool resumed_ = false;
@@ -480,6 +508,13 @@ bool use_parameter_servers(const Options& opt, const ParallelEnv& env) {
   return ps_job;
 }
 
+// Removes what a writer of `checkpoint` killed mid-write left, before this run writes it.
+void remove_stale_temporaries(const std::string& checkpoint) {
+  for (const std::string& file : mnist::remove_stale_temporaries(checkpoint)) {
+    spdlog::info("removed {}, the temporary file of a checkpoint write that was interrupted", file);
+  }
+}
+
 // A parameter server: the same net from the same seed, of which it keeps its shard.
 int serve(const Options& opt, const ParallelEnv& env) {
   const env::WorkerContract& c = *env.contract;
@@ -506,17 +541,25 @@ int serve(const Options& opt, const ParallelEnv& env) {
   config.deadlines = ps_deadlines(c);
   const std::string checkpoint =
       opt.save.empty() ? "" : opt.save + ".server" + std::to_string(index) + ".pt";
-  std::error_code ec;
-  const bool resume =
-      !checkpoint.empty() && (opt.resume || (c.restart_count > 0 && fs::exists(checkpoint, ec)));
   if (!checkpoint.empty()) {
+    remove_stale_temporaries(checkpoint);
     config.save = [checkpoint](torch::serialize::OutputArchive& state) {
       mnist::write_archive(checkpoint, state);
     };
   }
-  if (resume) {
-    config.load = [checkpoint](torch::serialize::InputArchive& state) {
-      mnist::read_archive(checkpoint, state);
+  // --resume needs the shard (or its previous one); a restart by the launcher uses it when there
+  // is one.
+  if (!checkpoint.empty() && (opt.resume || c.restart_count > 0)) {
+    config.load = [checkpoint, required = opt.resume](torch::serialize::InputArchive& state) {
+      const std::optional<mnist::CheckpointChoice> choice = mnist::choose_checkpoint(checkpoint);
+      if (!choice) {
+        if (required) {
+          throw mnist::CheckpointError(checkpoint, "expected a checkpoint file, found none");
+        }
+        return false;
+      }
+      if (!choice->warning.empty()) spdlog::warn("{}", choice->warning);
+      mnist::read_archive_bytes(choice->bytes, choice->file, state);
       return true;
     };
   }
@@ -586,6 +629,7 @@ int train(const Options& opt) {
     resumed = ps->resumed();
     replicas = std::move(ps);
   } else {
+    if (env.rank == 0 && !checkpoint.empty()) remove_stale_temporaries(checkpoint);
     // --resume needs the checkpoint; a restart by the launcher uses it when there is one.
     const ResumeRule rule = opt.resume                                  ? ResumeRule::kRequired
                             : restart_count > 0 && !checkpoint.empty() ? ResumeRule::kIfPresent

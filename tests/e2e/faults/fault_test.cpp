@@ -212,12 +212,13 @@ TEST(Faults, ACheckpointInterruptedMidWriteLeavesThePreviousOneLoadable) {
   TempDir dir;
   const fs::path save = dir.path() / "ck";
   const fs::path ckpt = dir.path() / "ck.pt", tmp = dir.path() / "ck.pt.tmp";
-  // A checkpoint after every step; strace SIGKILLs the trainer in the middle of one: at the 400th
-  // write(2) to the temporary file (LibTorch writes one checkpoint in ~160 writes here, so earlier
-  // checkpoints are complete; however many it takes, the kill lands inside a checkpoint's write).
+  // A checkpoint after every step; strace SIGKILLs the trainer in the middle of one: at the 5th
+  // write(2) to the temporary file (a checkpoint is built in memory and written in one write(2),
+  // so four checkpoints are complete and the fifth's temporary file is left empty; however many
+  // writes a checkpoint takes, the kill lands inside a checkpoint's write).
   const int code = run_trainer(
       concat({"/usr/bin/strace", "-f", "-qq", "-o", "/dev/null", "-P", tmp.string(), "-e",
-              "trace=write", "-e", "inject=write:signal=KILL:when=400"},
+              "trace=write", "-e", "inject=write:signal=KILL:when=5"},
              concat(train_args(100000, save), {"--save_every", "1"})),
       dir.path() / "train.log");
   EXPECT_EQ(code, 128 + SIGKILL) << read_file(dir.path() / "train.log");
@@ -234,6 +235,9 @@ TEST(Faults, ACheckpointInterruptedMidWriteLeavesThePreviousOneLoadable) {
   const std::string check_log = read_file(dir.path() / "check.log");
   ASSERT_EQ(check_code, 0) << "the previous checkpoint did not load:\n" << check_log;
   EXPECT_TRUE(contains(check_log, "resumed from")) << check_log;
+  // The torn temporary file is removed at that start, and said so.
+  EXPECT_FALSE(fs::exists(tmp));
+  EXPECT_TRUE(contains(check_log, "removed " + tmp.string())) << check_log;
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <cmath>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "tests/e2e/launch/launch_helpers.h"
@@ -178,6 +179,53 @@ TEST(PsTraining, RestartResumesFromTheServersShards) {
   EXPECT_EQ(resumed["steps"], 20) << "steps 21..40 ran again after the restart";
   EXPECT_EQ(resumed["param_checksum"], undisturbed["param_checksum"]);
   EXPECT_TRUE(contains(read_file(dir.path() / "log" / "serverlog.0"), "resumed its shard"));
+}
+
+// A shard that fails its checksum: the server falls back to the shard's previous save, names
+// both, and the job continues from there; with no good previous one the server stops with one
+// line naming the file and the check (exit 4) instead of serving damaged parameters.
+TEST(PsTraining, ADamagedShardFallsBackToItsPreviousOneOrStopsTheServerNamingIt) {
+  SKIP_WITHOUT_DATA();
+  TempDir dir("ps_damaged");
+  const std::vector<std::string> flags{"--server_num=1", "--worker_num=1"};
+  const std::string shard = dir.file("ps.server0.pt"), prev = dir.file("ps.server0.prev.pt");
+  // Saves at step 10 and at the end (step 15): the shard holds step 15, its previous one step 10.
+  const Finished first = run_job(dir, with(with(flags, {"--log_dir", dir.file("log1")}),
+                                           with(trainer_args(15, dir.file("ps")),
+                                                {"--save_every", "10"})));
+  ASSERT_EQ(first.code, 0) << first.run->err();
+  ASSERT_TRUE(fs::exists(prev));
+  auto flip_a_byte = [](const std::string& path) {
+    std::string bytes = read_file(path);
+    bytes[bytes.size() / 2] ^= 0x08;
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  };
+
+  flip_a_byte(shard);
+  const Finished resumed = run_job(dir, with(with(flags, {"--log_dir", dir.file("log2")}),
+                                             with(trainer_args(20, dir.file("ps")), {"--resume"})));
+  ASSERT_EQ(resumed.code, 0) << resumed.run->err();
+  const std::string server_log = read_file(dir.path() / "log2" / "serverlog.0");
+  EXPECT_TRUE(contains(server_log, "checkpoint '" + shard + "': content CRC-32 check failed"))
+      << server_log;
+  EXPECT_TRUE(contains(server_log, "resuming from the previous checkpoint '" + prev + "'"))
+      << server_log;
+  EXPECT_TRUE(contains(server_log, "resumed its shard at version 10")) << server_log;
+  const json s = summary_of(dir.path() / "log2" / "workerlog.0");
+  EXPECT_EQ(s["global_step"], 20);
+  EXPECT_EQ(s["steps"], 10) << "steps 11..20 ran from the previous shard";
+
+  // Now the shard the last run wrote is damaged and its previous one is gone.
+  fs::remove(prev);
+  flip_a_byte(shard);
+  const Finished refused = run_job(dir, with(with(flags, {"--log_dir", dir.file("log3")}),
+                                             with(trainer_args(30, dir.file("ps")), {"--resume"})));
+  EXPECT_EQ(refused.code, ddl::kExitBadCheckpoint) << refused.run->err();
+  const std::string refused_log = read_file(dir.path() / "log3" / "serverlog.0");
+  EXPECT_TRUE(contains(refused_log, "train_mnist: error: checkpoint '" + shard +
+                                        "': content CRC-32 check failed"))
+      << refused_log;
+  EXPECT_TRUE(contains(refused.run->err(), "job failed: server 0 (pid")) << refused.run->err();
 }
 
 TEST(PsTraining, ModeMustMatchTheJob) {

@@ -1,5 +1,6 @@
 // The course's net (shapes, parameter count, loss), the optimizers, the checksum and checkpoints
-// (round trip, atomic write, refusal of mismatched checkpoints).
+// (round trip, atomic write, refusal of mismatched checkpoints, damaged files detected before
+// LibTorch reads them, the fallback to the previous checkpoint, stale temporaries removed).
 #include "examples/mnist/mnist_net.h"
 
 #include <gtest/gtest.h>
@@ -8,12 +9,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "examples/mnist/checkpoint.h"
-
 #include "tests/support/temp_dir.h"
 
 namespace ddl::mnist {
@@ -214,7 +217,8 @@ TEST(Checkpoint, OverwriteReplacesAtomicallyAndLeavesNoTemporary) {
   std::ofstream(checkpoint_temp_path(path)) << "torn";
   train_step(net, *opt, 3);
   save_checkpoint(path, *net, *opt, {1, 0, 600, "sgd", 1, 1});
-  EXPECT_EQ(dir.entries(), (std::set<std::string>{"ck"}));
+  // The replaced checkpoint is kept as the previous one.
+  EXPECT_EQ(dir.entries(), (std::set<std::string>{"ck", "ck.prev"}));
   MnistNet restored;
   auto restored_opt = make_optimizer("sgd", restored->parameters(), 0.01);
   EXPECT_EQ(load_checkpoint(path, *restored, *restored_opt, torch::kCPU, {0, 0, 0, "sgd", 1, 1})
@@ -267,6 +271,201 @@ TEST(Checkpoint, RefusesMissingForeignAndMismatchedCheckpoints) {
   auto other_opt = make_optimizer("sgd", other->parameters(), 0.01);
   EXPECT_THROW(load_checkpoint(dir.file("sgd.pt"), *other, *other_opt, torch::kCPU, expected),
                CheckpointError);
+}
+
+std::string bytes_of(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+// A checkpoint of a trained net at step `step`, at `path`.
+void save_at_step(const std::string& path, std::int64_t step) {
+  MnistNet net;
+  auto opt = make_optimizer("momentum", net->parameters(), 0.01);
+  train_step(net, *opt, static_cast<std::uint64_t>(step));
+  save_checkpoint(path, *net, *opt, {0, step, step, "momentum", 3, 1});
+}
+
+std::int64_t step_of(const std::string& bytes, const std::string& name) {
+  MnistNet net;
+  auto opt = make_optimizer("momentum", net->parameters(), 0.01);
+  return load_checkpoint_bytes(bytes, name, *net, *opt, torch::kCPU, {0, 0, 0, "momentum", 3, 1})
+      .global_step;
+}
+
+// Loads `path` expecting a CheckpointError that names the file and says `check`.
+void expect_refused(const std::string& path, const std::string& check) {
+  MnistNet net;
+  auto opt = make_optimizer("momentum", net->parameters(), 0.01);
+  try {
+    load_checkpoint(path, *net, *opt, torch::kCPU, {0, 0, 0, "momentum", 3, 1});
+    ADD_FAILURE() << "loaded a damaged checkpoint (" << check << ")";
+  } catch (const CheckpointError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(e.file(), path);
+    EXPECT_NE(what.find("'" + path + "'"), std::string::npos) << what;
+    EXPECT_NE(what.find(check), std::string::npos) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    EXPECT_EQ(e.exit_code(), kExitBadCheckpoint);
+  }
+}
+
+TEST(Checkpoint, DamageIsDetectedBeforeLibTorchReadsNamingTheFileAndTheCheck) {
+  TempDir dir;
+  const std::string good = dir.file("good.pt");
+  MnistNet net;
+  auto net_opt = make_optimizer("momentum", net->parameters(), 0.01);
+  train_step(net, *net_opt, 5);
+  save_checkpoint(good, *net, *net_opt, {0, 5, 5, "momentum", 3, 1});
+  const std::string bytes = bytes_of(good);
+  ASSERT_GT(bytes.size(), 80'000u);  // the net's ~20k float parameters and as many momentums
+  ASSERT_EQ(bytes.compare(0, 8, "DDLCKPT1"), 0);
+  EXPECT_EQ(step_of(bytes, good), 5);
+
+  // A byte of fc's weights, found by their first 64 bytes (the model is written before the
+  // optimizer's momentum buffers).
+  const torch::Tensor fc = net->named_parameters()["fc.weight"].contiguous();
+  const std::size_t fc_at = bytes.find(std::string(static_cast<const char*>(fc.data_ptr()), 64));
+  ASSERT_NE(fc_at, std::string::npos);
+  const std::size_t in_tensors = fc_at + 33;
+  {
+    // The reason for the checksum: LibTorch alone loads the flipped archive, with other weights.
+    std::string content = bytes.substr(24);
+    content[in_tensors - 24] = static_cast<char>(content[in_tensors - 24] ^ 0x40);
+    torch::serialize::InputArchive archive;
+    archive.load_from(content.data(), content.size());
+    torch::serialize::InputArchive model;
+    archive.read("model", model);
+    MnistNet flipped, intact;
+    flipped->load(model);
+    auto opt = make_optimizer("momentum", intact->parameters(), 0.01);
+    load_checkpoint(good, *intact, *opt, torch::kCPU, {0, 0, 0, "momentum", 3, 1});
+    EXPECT_NE(param_checksum(*flipped).hash, param_checksum(*intact).hash);
+  }
+  struct Damage {
+    std::string name;
+    std::function<void(std::string&)> apply;
+    std::string check;
+  };
+  const std::vector<Damage> damages = {
+      {"flipped_tensor_byte", [&](std::string& b) { b[in_tensors] ^= 0x01; },
+       "content CRC-32 check failed"},
+      {"zeroed_range",
+       [&](std::string& b) {
+         std::fill(b.begin() + 3 * b.size() / 4, b.begin() + 3 * b.size() / 4 + 512, '\0');
+       },
+       "content CRC-32 check failed"},
+      {"flipped_archive_header_byte", [](std::string& b) { b[24 + 2] ^= 0x10; },
+       "content CRC-32 check failed"},
+      {"flipped_magic_byte", [](std::string& b) { b[3] ^= 0x01; }, "expected magic 'DDLCKPT1'"},
+      {"flipped_length_byte", [](std::string& b) { b[9] ^= 0x01; }, "header check failed"},
+      {"flipped_crc_byte", [](std::string& b) { b[17] ^= 0x01; }, "header check failed"},
+      {"truncated", [](std::string& b) { b.resize(b.size() - 100); }, "(truncated)"},
+      {"truncated_to_the_header", [](std::string& b) { b.resize(10); }, "(truncated?)"},
+      {"empty", [](std::string& b) { b.clear(); }, "header check failed"},
+      {"bare_libtorch_archive", [](std::string& b) { b.erase(0, 24); },
+       "a LibTorch archive without a checksum header"},
+  };
+  for (const Damage& d : damages) {
+    SCOPED_TRACE(d.name);
+    std::string damaged = bytes;
+    d.apply(damaged);
+    const std::string path = dir.file(d.name + ".pt");
+    write_bytes(path, damaged);
+    expect_refused(path, d.check);
+  }
+  // The header's length field has its own check when the header's CRC is made to match.
+  std::string longer = bytes + "extra";
+  write_bytes(dir.file("extended.pt"), longer);
+  expect_refused(dir.file("extended.pt"), "length check failed");
+}
+
+TEST(Checkpoint, ADamagedCheckpointFallsBackToThePreviousOneNamingBoth) {
+  TempDir dir;
+  const std::string path = dir.file("ck.pt"), prev = dir.file("ck.prev.pt");
+  EXPECT_EQ(previous_checkpoint_path(path), prev);
+  EXPECT_FALSE(choose_checkpoint(path).has_value());  // nothing yet
+
+  save_at_step(path, 10);
+  save_at_step(path, 20);
+  EXPECT_EQ(dir.entries(), (std::set<std::string>{"ck.pt", "ck.prev.pt"}));
+  std::optional<CheckpointChoice> choice = choose_checkpoint(path);
+  ASSERT_TRUE(choice.has_value());
+  EXPECT_EQ(choice->file, path);
+  EXPECT_TRUE(choice->warning.empty());
+  EXPECT_EQ(step_of(choice->bytes, choice->file), 20);
+
+  // The newest is damaged: the previous one is used, the warning names both and the check, and
+  // the bad one is moved aside so that the next save does not keep it as the previous one.
+  std::string bytes = bytes_of(path);
+  bytes[bytes.size() / 2] ^= 0x20;
+  write_bytes(path, bytes);
+  choice = choose_checkpoint(path);
+  ASSERT_TRUE(choice.has_value());
+  EXPECT_EQ(choice->file, prev);
+  EXPECT_EQ(step_of(choice->bytes, choice->file), 10);
+  for (const std::string& part :
+       std::vector<std::string>{"'" + path + "'", "content CRC-32 check failed",
+                                "previous checkpoint '" + prev + "'", path + ".bad"}) {
+    EXPECT_NE(choice->warning.find(part), std::string::npos) << choice->warning;
+  }
+  EXPECT_EQ(dir.entries(), (std::set<std::string>{"ck.pt.bad", "ck.prev.pt"}));
+  // The next save keeps the good previous one.
+  save_at_step(path, 30);
+  EXPECT_EQ(step_of(bytes_of(prev), prev), 10);
+  EXPECT_EQ(step_of(bytes_of(path), path), 30);
+
+  // Both damaged: one line naming the checkpoint, its check and the previous one's.
+  for (const std::string& file : {path, prev}) {
+    std::string b = bytes_of(file);
+    b.resize(b.size() - 1);
+    write_bytes(file, b);
+  }
+  try {
+    choose_checkpoint(path);
+    ADD_FAILURE() << "chose a damaged checkpoint";
+  } catch (const CheckpointError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(e.file(), path);
+    EXPECT_NE(what.find("length check failed"), std::string::npos) << what;
+    EXPECT_NE(what.find("the previous checkpoint '" + prev + "' is no good either"),
+              std::string::npos)
+        << what;
+  }
+  // Damaged with no previous one at all.
+  fs::remove(prev);
+  try {
+    choose_checkpoint(path);
+    ADD_FAILURE() << "chose a damaged checkpoint";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("no previous checkpoint"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Checkpoint, OnlyThePreviousCheckpointLeftIsUsedWithAWarning) {
+  TempDir dir;
+  const std::string path = dir.file("shard"), prev = dir.file("shard.prev");
+  EXPECT_EQ(previous_checkpoint_path(path), prev);
+  save_at_step(path, 4);
+  fs::rename(path, prev);  // a crash between the renames of a file system without hard links
+  const std::optional<CheckpointChoice> choice = choose_checkpoint(path);
+  ASSERT_TRUE(choice.has_value());
+  EXPECT_EQ(choice->file, prev);
+  EXPECT_NE(choice->warning.find("found none"), std::string::npos) << choice->warning;
+}
+
+TEST(Checkpoint, StaleTemporariesOfAKilledWriterAreRemoved) {
+  TempDir dir;
+  const std::string path = dir.file("ck.pt");
+  EXPECT_TRUE(remove_stale_temporaries(path).empty());
+  save_at_step(path, 1);
+  write_bytes(checkpoint_temp_path(path), "torn");
+  EXPECT_EQ(remove_stale_temporaries(path), std::vector<std::string>{checkpoint_temp_path(path)});
+  EXPECT_EQ(dir.entries(), (std::set<std::string>{"ck.pt"}));
 }
 
 }  // namespace
