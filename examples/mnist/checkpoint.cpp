@@ -86,8 +86,8 @@ void save_checkpoint(const std::string& path, const torch::nn::Module& module,
 }
 
 void write_archive(const std::string& path, torch::serialize::OutputArchive& archive) {
-  // One writer per path (rank 0, or one server), so a fixed temporary name is enough; a stale one
-  // left by a killed writer is truncated and reused.
+  // One writer per path (rank 0, or one server), so a fixed temporary name is enough; a stale one left by a
+  // killed writer is truncated and reused.
   const std::string tmp = checkpoint_temp_path(path);
   // Not following a link planted as the temporary's name (logging/safe_open.h); the rename below
   // replaces a link planted as `path` itself, never writing through it.

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "examples/mnist/checkpoint.h"
+
 #include "tests/support/temp_dir.h"
 
 namespace ddl::mnist {

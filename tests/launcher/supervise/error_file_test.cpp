@@ -20,17 +20,16 @@ std::string write(const fs::path& path, const std::string& text) {
 TEST(ErrorFile, ReadsBothShapesTorchWrites) {
   testing::TempDir tmp;
   // What torch.distributed.elastic's @record writes...
-  EXPECT_EQ(
-      read_error_message(write(
-          tmp.path() / "a.json",
-          R"({"message": {"message": "RuntimeError: boom", "extraInfo": {"py_callstack": "x"}}})")),
-      "RuntimeError: boom");
+  EXPECT_EQ(read_error_message(write(
+                tmp.path() / "a.json",
+                R"({"message": {"message": "RuntimeError: boom", "extraInfo": {"py_callstack": "x"}}})")),
+            "RuntimeError: boom");
   // ... and the newer plain-string form; only the first line is kept.
   EXPECT_EQ(read_error_message(write(tmp.path() / "b.json", R"({"message": "OSError: a\nb"})")),
             "OSError: a");
   const std::string long_text(1000, 'x');
-  const auto cut =
-      read_error_message(write(tmp.path() / "c.json", R"({"message": ")" + long_text + R"("})"));
+  const auto cut = read_error_message(
+      write(tmp.path() / "c.json", R"({"message": ")" + long_text + R"("})"));
   ASSERT_TRUE(cut);
   EXPECT_EQ(cut->size(), 303u) << "300 characters and an ellipsis";
 }
