@@ -14,6 +14,10 @@
 //   --fail_server I    only server I exits with --exit_code, at once (the others exit 0)
 //   --server_sleep_ms N  servers sleep N ms instead of --sleep_ms (e.g. servers that outlive
 //                      the trainers)
+//   --list_fds         print the descriptors it inherited: "FDS 0 1 2"
+//   --leave_helper MS  leave a helper running in a session of its own (out of the launcher's
+//                      reach), sleeping MS ms with every descriptor the worker had except the
+//                      standard streams (/dev/null there); prints "HELPER <pid>"
 //   -- ARGS...         print each of ARGS as "ARG <arg>"
 // The steps honour DDL_FAULT (env/contract.h) through the project's FaultInjector
 // (worker/runtime/fault.h): the rank it names logs "fault injection: rank R ..." and exits, aborts
@@ -24,9 +28,13 @@
 // process prints the role the contract gives it in one line:
 //   "ROLE TRAINER id 1 of 2 trainers, servers 127.0.0.1:7000,127.0.0.1:7001"
 //   "ROLE PSERVER index 0 of 2 servers, servers ..., 2 trainers"     ("servers none": collective)
+#include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -51,6 +59,8 @@ struct HelloOptions {
   std::optional<int> server_sleep_ms;
   int kill_self = 0;
   bool spawn_child = false;
+  bool list_fds = false;
+  std::optional<int> leave_helper_ms;
   bool ignore_sigterm = false;
   bool split_writes = false;
   bool ignore_signals = false;
@@ -103,6 +113,10 @@ HelloOptions parse(int argc, char** argv) {
       o.kill_self = parse_int(a, value());
     else if (a == "--spawn_child")
       o.spawn_child = true;
+    else if (a == "--list_fds")
+      o.list_fds = true;
+    else if (a == "--leave_helper")
+      o.leave_helper_ms = parse_int(a, value());
     else if (a == "--ignore_sigterm")
       o.ignore_sigterm = true;
     else if (a == "--split_writes")
@@ -125,6 +139,46 @@ HelloOptions parse(int argc, char** argv) {
     }
   }
   return o;
+}
+
+// "FDS 0 1 2": the descriptors open in this process, without the one that lists them.
+std::string open_descriptors() {
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) return "FDS ? (/proc/self/fd cannot be read)";
+  std::vector<int> fds;
+  while (const dirent* entry = ::readdir(dir)) {
+    if (entry->d_name[0] == '.') continue;
+    const int fd = std::atoi(entry->d_name);
+    if (fd != ::dirfd(dir)) fds.push_back(fd);
+  }
+  ::closedir(dir);
+  std::sort(fds.begin(), fds.end());
+  std::string line = "FDS";
+  for (int fd : fds) line += " " + std::to_string(fd);
+  return line;
+}
+
+// A helper in a session of its own (double fork + setsid, as a daemon does): neither the
+// launcher's group kill nor the parent-death signal reaches it. It keeps whatever descriptors it
+// inherited, as careless helpers do, but not the output pipe (so the launcher is not kept waiting
+// for the pipe to close).
+void leave_helper(int sleep_ms) {
+  const pid_t middle = ::fork();
+  if (middle < 0) return;
+  if (middle == 0) {
+    ::setsid();
+    const pid_t helper = ::fork();
+    if (helper == 0) {
+      const int null = ::open("/dev/null", O_RDWR);
+      for (int fd : {STDIN_FILENO, STDOUT_FILENO, STDERR_FILENO}) ::dup2(null, fd);
+      if (null > STDERR_FILENO) ::close(null);
+      ::usleep(static_cast<useconds_t>(sleep_ms) * 1000);
+      ::_exit(0);
+    }
+    if (helper > 0) say("HELPER " + std::to_string(helper));
+    ::_exit(0);
+  }
+  ::waitpid(middle, nullptr, 0);
 }
 
 [[noreturn]] void finish(const HelloOptions& o) {
@@ -192,10 +246,11 @@ int run(int argc, char** argv) {
   }
   using namespace ddl::env;
   for (const char* name :
-       {kTrainerId, kTrainersNum, kCurrentEndpoint, kTrainerEndpoints, kSelectedGpus, kRank,
-        kLocalRank, kWorldSize, kLocalWorldSize, kMasterAddr, kMasterPort, kOmpNumThreads, kJobId,
-        kRendezvousTimeoutMs, kRestartCount, kLogLevel, kFault, kTrainingRole,
-        kPserverEndpoints, kServerPort, kPodIp}) {
+       {kTrainerId,  kTrainersNum,   kCurrentEndpoint, kTrainerEndpoints,    kSelectedGpus,
+        kRank,       kLocalRank,     kWorldSize,       kLocalWorldSize,      kMasterAddr,
+        kMasterPort, kOmpNumThreads, kJobId,           kRendezvousTimeoutMs, kRestartCount,
+        kLogLevel,   kFault,         kTrainingRole,    kPserverEndpoints,    kServerPort,
+        kPodIp}) {
     say(std::string("ENV ") + name + "=" + lookup(env, name).value_or("<unset>"));
   }
   for (const std::string& name : o.show_env) {
@@ -224,6 +279,8 @@ int run(int argc, char** argv) {
     }
     if (child > 0) say("CHILD " + std::to_string(child));
   }
+  if (o.list_fds) say(open_descriptors());
+  if (o.leave_helper_ms) leave_helper(*o.leave_helper_ms);
   say("READY pid " + std::to_string(::getpid()) + " pgid " + std::to_string(::getpgrp()));
 
   if (!o.start_file.empty()) {

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "logging/safe_open.h"
+
 namespace ddl::mnist {
 namespace {
 
@@ -231,11 +233,11 @@ void write_archive(const std::string& path, torch::serialize::OutputArchive& arc
   // One writer per path (rank 0, or one server), so a fixed temporary name is enough; a stale one
   // left by a killed writer is truncated and reused (and removed at the next start).
   const std::string tmp = checkpoint_temp_path(path);
-  FileDescriptor fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (fd.get() < 0) {
-    throw CheckpointError(path,
-                          "cannot create temporary file '" + tmp + "': " + errno_text() + kKept);
-  }
+  // Not following a link planted as the temporary's name (logging/safe_open.h); the rename below
+  // replaces a link planted as `path` itself, never writing through it.
+  std::string why;
+  FileDescriptor fd(logging::open_for_writing(tmp, logging::WriteMode::kTruncate, why));
+  if (fd.get() < 0) throw CheckpointError(path, "cannot create its temporary file: " + why + kKept);
   auto fail = [&](const std::string& what) {
     ::unlink(tmp.c_str());
     throw CheckpointError(path, what + kKept);

@@ -18,6 +18,7 @@
 #include "env/contract.h"
 #include "launcher/diagnose/stack_text.h"
 #include "launcher/diagnose/tool_runner.h"
+#include "logging/safe_open.h"
 
 namespace ddl::launcher {
 
@@ -330,11 +331,9 @@ void write_stacks(const std::string& path, const std::string& reason,
   }
   dump += '\n';
 
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    throw std::runtime_error("cannot open the stack dump file '" + path +
-                             "': " + std::strerror(errno));
-  }
+  std::string why;
+  const int fd = logging::open_for_writing(path, logging::WriteMode::kAppend, why);
+  if (fd < 0) throw std::runtime_error("stack dump file: " + why);
   std::size_t written = 0;
   while (written < dump.size()) {
     const ssize_t n = ::write(fd, dump.data() + written, dump.size() - written);

@@ -1,7 +1,11 @@
 #include "launcher/supervise/error_file.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <system_error>
 
@@ -9,12 +13,39 @@ namespace ddl::launcher {
 
 namespace {
 constexpr std::size_t kMaxMessage = 300;
+// An error file is a few KiB; more is not one (and is not read whole).
+constexpr std::size_t kMaxFileBytes = 1 << 20;
+
+// The file's text, without following a link planted under its name (a root launcher would
+// otherwise quote another file in its summary) or blocking on a FIFO.
+std::optional<std::string> read_small_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  struct stat st {};
+  std::optional<std::string> text;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+      static_cast<std::size_t>(st.st_size) <= kMaxFileBytes) {
+    text.emplace();
+    char buffer[4096];
+    ssize_t n;
+    while ((n = ::read(fd, buffer, sizeof(buffer))) != 0) {
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 || text->size() > kMaxFileBytes) {
+        text.reset();
+        break;
+      }
+      text->append(buffer, static_cast<std::size_t>(n));
+    }
+  }
+  ::close(fd);
+  return text;
+}
 }  // namespace
 
 std::optional<std::string> read_error_message(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  const nlohmann::json data = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  const std::optional<std::string> content = read_small_file(path);
+  if (!content) return std::nullopt;
+  const nlohmann::json data = nlohmann::json::parse(*content, nullptr, /*allow_exceptions=*/false);
   if (!data.is_object() || !data.contains("message")) return std::nullopt;
   const nlohmann::json& message = data["message"];
   std::string text;

@@ -11,7 +11,8 @@ namespace ddl::launcher {
 
 // The exception a failed worker recorded in `path` ("RuntimeError: rank 1 fails on purpose"),
 // from {"message": {"message": "..."}} or {"message": "..."}; only its first line, at most 300
-// characters. std::nullopt when the file is absent, unreadable or not in that shape.
+// characters. std::nullopt when the file is absent, unreadable, not in that shape, or not a regular
+// file (a symbolic link under its name is not followed).
 std::optional<std::string> read_error_message(const std::string& path);
 
 // Removes `path` if it exists, so that a message found later is the new process's own. Returns

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "launcher/supervise/supervisor_error.h"
+#include "logging/safe_open.h"
 
 namespace ddl::launcher {
 
@@ -39,12 +40,10 @@ ProcessOutput::ProcessOutput(std::string name, std::string log_path, bool echo, 
       prefix_(std::move(prefix)),
       console_(console) {
   if (log_path_.empty()) return;
-  log_fd_ = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC),
-                   0644);
-  if (log_fd_ < 0) {
-    throw SupervisorError("cannot open log file '" + log_path_ + "' for " + name_ + ": " +
-                          std::strerror(errno));
-  }
+  std::string why;
+  log_fd_ = logging::open_for_writing(
+      log_path_, append ? logging::WriteMode::kAppend : logging::WriteMode::kTruncate, why);
+  if (log_fd_ < 0) throw SupervisorError("log file for " + name_ + ": " + why);
 }
 
 ProcessOutput::~ProcessOutput() {

@@ -30,15 +30,31 @@ namespace bp = boost::process;
 
 namespace {
 
+// In the forked child: marks every descriptor above the standard streams close-on-exec, so that a
+// worker inherits only stdin, stdout and stderr. The launcher's sockets (Boost.Asio opens and
+// accepts them without SOCK_CLOEXEC), pipes and files would otherwise live on in the worker and in
+// any helper it leaves running (which then keeps the control store's port). Marked rather than
+// closed: Boost.Process reports a failed exec through a close-on-exec pipe of its own that must
+// stay open until exec. `max_fd` (the descriptor limit, read before fork) bounds the fallback loop
+// for kernels older than 5.11 (no CLOSE_RANGE_CLOEXEC). Async-signal-safe.
+void inherit_only_standard_streams(int max_fd) {
+  if (::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) == 0) return;
+  for (int fd = 3; fd < max_fd; ++fd) {
+    const int flags = ::fcntl(fd, F_GETFD);
+    if (flags >= 0 && (flags & FD_CLOEXEC) == 0) ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+  }
+}
+
 // Runs in the forked child before exec: own process group, die with the launcher, output to the
-// pipe, signal state as a fresh process expects it.
-void prepare_child(pid_t launcher_pid, int out_fd, const cpu_set_t* cpus) {
+// pipe, nothing else inherited, signal state as a fresh process expects it.
+void prepare_child(pid_t launcher_pid, int out_fd, const cpu_set_t* cpus, int max_fd) {
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   // The launcher may have died between fork() and prctl(); then nobody would kill us.
   if (::getppid() != launcher_pid) ::_exit(kExitNotFound);
   ::dup2(out_fd, STDOUT_FILENO);
   ::dup2(out_fd, STDERR_FILENO);
+  inherit_only_standard_streams(max_fd);
   // Ignored signals stay ignored across exec; the launcher ignores SIGPIPE for itself only.
   ::signal(SIGPIPE, SIG_DFL);
   sigset_t none;
@@ -113,11 +129,14 @@ bool WorkerGroup::start(std::size_t i, const Worker& worker, std::string& error)
   }
   const pid_t launcher_pid = ::getpid();
   const int out_fd = fds[1];
+  const long open_max = ::sysconf(_SC_OPEN_MAX);
+  const int max_fd = open_max > 0 && open_max < (1 << 20) ? static_cast<int>(open_max) : (1 << 20);
   try {
     bp::child child(
         bp::exe = worker.executable, bp::args = worker.args, environment, bp::std_in < bp::null,
-        bp::extend::on_exec_setup = [launcher_pid, out_fd, bind = bound ? &cpus : nullptr](auto&) {
-          prepare_child(launcher_pid, out_fd, bind);
+        bp::extend::on_exec_setup = [launcher_pid, out_fd, max_fd,
+                                     bind = bound ? &cpus : nullptr](auto&) {
+          prepare_child(launcher_pid, out_fd, bind, max_fd);
         });
     p.pid = child.id();
     child.detach();  // reaped by reap() (SIGCHLD + waitpid)

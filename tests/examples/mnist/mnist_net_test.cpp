@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <set>
@@ -240,6 +241,29 @@ TEST(Checkpoint, FailedWriteKeepsThePreviousCheckpointAndNoTemporary) {
   EXPECT_THROW(save_checkpoint(dir.file("ck"), *net, *opt, {0, 0, 0, "sgd", 1, 1}),
                CheckpointError);
   EXPECT_EQ(dir.entries(), (std::set<std::string>{"ck"}));
+}
+
+// Links planted as the checkpoint's temporary and as the checkpoint itself (issue 28): neither
+// target is written; the checkpoint is a file of its own that loads.
+TEST(Checkpoint, PlantedLinksAreNotWrittenThrough) {
+  TempDir dir, outside("ddl_ckpt_outside");
+  const fs::path precious = outside.path() / "precious";
+  std::ofstream(precious) << "precious";
+  const std::string path = dir.file("ck");
+  fs::create_symlink(precious, checkpoint_temp_path(path));
+  fs::create_symlink(precious, path);
+  MnistNet net;
+  auto opt = make_optimizer("sgd", net->parameters(), 0.01);
+  save_checkpoint(path, *net, *opt, {0, 0, 7, "sgd", 1, 1});
+  std::ifstream in(precious);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "precious");
+  EXPECT_EQ(dir.entries(), (std::set<std::string>{"ck"}));
+  EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(path)));
+  MnistNet restored;
+  auto restored_opt = make_optimizer("sgd", restored->parameters(), 0.01);
+  EXPECT_EQ(load_checkpoint(path, *restored, *restored_opt, torch::kCPU, {0, 0, 0, "sgd", 1, 1})
+                .global_step,
+            7);
 }
 
 TEST(Checkpoint, RefusesMissingForeignAndMismatchedCheckpoints) {

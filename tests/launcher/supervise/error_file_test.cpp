@@ -55,5 +55,19 @@ TEST(ErrorFile, RemoveClearsAStaleFileAndToleratesNone) {
   EXPECT_NE(why.find("dir"), std::string::npos) << why;
 }
 
+// A link planted as the error file: read_error_message does not quote what it points to (a root
+// launcher could otherwise print another user's file), and removing it leaves its target.
+TEST(ErrorFile, PlantedLinkIsNotFollowed) {
+  testing::TempDir tmp, outside;
+  const std::string target = write(outside.path() / "secret.json", R"({"message": "secret"})");
+  const fs::path link = tmp.path() / "error.0.json";
+  fs::create_symlink(target, link);
+  EXPECT_FALSE(read_error_message(link.string()));
+  std::string why;
+  EXPECT_TRUE(remove_error_file(link.string(), why)) << why;
+  EXPECT_FALSE(fs::is_symlink(fs::symlink_status(link)));
+  EXPECT_EQ(read_error_message(target), "secret");
+}
+
 }  // namespace
 }  // namespace ddl::launcher
