@@ -8,6 +8,7 @@
 #include <optional>
 #include <thread>
 
+#include "net/auth.h"
 #include "net/deadline.h"
 
 namespace ddl::net {
@@ -48,6 +49,8 @@ class FramedClient::Impl {
   std::optional<std::string> try_connect(Clock::time_point deadline);
   void connect_with_retry();
   void handshake();
+  std::string read_challenge(Clock::time_point deadline);
+  void check_server_proof(const Frame& reply, const HelloBinding& binding);
   void write_frame(const Bytes& bytes, Clock::time_point deadline, const std::string& what);
   Frame read_frame(Clock::time_point deadline, const std::string& what);
   [[noreturn]] void fail_connection(const std::string& message);
@@ -146,12 +149,20 @@ Bytes FramedClient::Impl::encode_or_throw(std::uint8_t op, std::uint32_t request
 
 void FramedClient::Impl::handshake() {
   const std::string what = "the handshake";
+  const auto deadline = deadline_after(options_.io_timeout);
+  HelloBinding binding;
+  binding.server_nonce = read_challenge(deadline);
+  binding.client_nonce = random_bytes(kNonceBytes);
+  binding.job_id = options_.job_id;
+  binding.service = options_.service;
+  binding.rank = options_.rank;
+  binding.world_size = options_.world_size;
   PayloadWriter w;
   w.u32(static_cast<std::uint32_t>(options_.rank))
       .u32(static_cast<std::uint32_t>(options_.world_size))
-      .str(options_.credential ? options_.credential() : options_.secret);
+      .str(options_.credential ? options_.credential() : client_proof(options_.secret, binding))
+      .str(binding.client_nonce);
   const Bytes hello = encode_or_throw(op_byte(TransportOp::kHello), 0, w.take(), what);
-  const auto deadline = deadline_after(options_.io_timeout);
   write_frame(hello, deadline, what);
   Frame reply = read_frame(deadline, what);
   if (reply.op == op_byte(TransportOp::kRefused)) {
@@ -163,7 +174,8 @@ void FramedClient::Impl::handshake() {
     }
     broken_ = "refused";
     throw RefusedError(prefix() + options_.server_name + " at " + where_ +
-                       " refused this client: " + reason +
+                       " refused this client (job id '" + options_.job_id + "', the " +
+                       service_name(options_.service) + "): " + reason +
                        (options_.credential ? "" : "; check DDL_JOB_ID and DDL_JOB_SECRET"));
   }
   if (reply.op != op_byte(TransportOp::kHelloOk) || reply.job_id != options_.job_id ||
@@ -172,6 +184,48 @@ void FramedClient::Impl::handshake() {
                     transport_op_name(reply.op) + " of the " + service_name(reply.service) +
                     " for job '" + reply.job_id + "'; expected hello-ok of the " +
                     service_name(options_.service) + " for job '" + options_.job_id + "'");
+  }
+  check_server_proof(reply, binding);
+}
+
+std::string FramedClient::Impl::read_challenge(Clock::time_point deadline) {
+  Frame challenge = read_frame(deadline, "the handshake's challenge");
+  if (challenge.op != op_byte(TransportOp::kChallenge)) {
+    fail_connection(prefix() + "the peer at " + where_ + " opened with a " +
+                    transport_op_name(challenge.op) + " frame; expected the challenge of " +
+                    options_.server_name);
+  }
+  std::string nonce;
+  try {
+    PayloadReader r(challenge.payload, "challenge");
+    nonce = r.str();
+    r.finish();
+  } catch (const ProtocolError& e) {
+    fail_connection(context() + ": " + e.what());
+  }
+  if (nonce.size() != kNonceBytes) {
+    fail_connection(context() + ": the challenge's nonce is " + std::to_string(nonce.size()) +
+                    " bytes, expected " + std::to_string(kNonceBytes));
+  }
+  return nonce;
+}
+
+// With a secret, the server must prove it holds it too: a stranger listening on the endpoint
+// (a port taken first) is not taken for the store.
+void FramedClient::Impl::check_server_proof(const Frame& reply, const HelloBinding& binding) {
+  std::string proof;
+  try {
+    PayloadReader r(reply.payload, "hello-ok");
+    proof = r.str();
+    r.finish();
+  } catch (const ProtocolError& e) {
+    fail_connection(context() + ": " + e.what());
+  }
+  if (options_.credential || options_.secret.empty()) return;
+  if (!constant_time_equal(proof, server_proof(options_.secret, binding))) {
+    fail_connection(prefix() + "the peer at " + where_ + " admitted this client without " +
+                    "proving it holds the job secret: not " + options_.server_name +
+                    " of this job (check DDL_JOB_SECRET on rank 0, or what listens there)");
   }
 }
 

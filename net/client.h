@@ -19,7 +19,7 @@ namespace ddl::net {
 struct ClientOptions {
   env::Endpoint endpoint;  // the server
   std::string job_id;      // sent in every frame; replies for another job id are an error
-  std::string secret;      // presented in the hello
+  std::string secret;      // proven in the hello (never sent); the server must prove it too
   // Set: makes what the hello presents instead of `secret`, once per connection (e.g. a fresh
   // munge credential, launcher/coord/munge_auth.h). An exception it throws ends the constructor.
   std::function<std::string()> credential;

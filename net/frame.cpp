@@ -62,6 +62,7 @@ std::string transport_op_name(std::uint8_t op) {
     case TransportOp::kHelloOk: return "hello-ok";
     case TransportOp::kRefused: return "refused";
     case TransportOp::kError: return "error";
+    case TransportOp::kChallenge: return "challenge";
   }
   return "op " + std::to_string(static_cast<unsigned>(op));
 }

@@ -4,8 +4,8 @@
 // Every message, both ways, is one frame (integers big-endian):
 //
 //   magic       4 bytes  "DDLS"
-//   version     u16      kProtocolVersion (2; version 1 frames, which had no service or request
-//                        id, are refused with a message naming both versions)
+//   version     u16      kProtocolVersion (3; older frames are refused with a message naming both
+//                        versions: version 2 sent the secret itself in the hello)
 //   service     u8       a `Service`: which service the frame is for
 //   op          u8       what the frame asks or answers: the transport's own ops below
 //                        (kFirstServiceOp and up belong to the service)
@@ -16,6 +16,11 @@
 //                        the handshake, so an unauthenticated peer cannot make the server buffer
 //                        much)
 //   payload     bytes    op-specific, written with PayloadWriter / read with PayloadReader
+//
+// The handshake (net/auth.h): on connecting, the server sends a challenge (a fresh nonce, no job
+// id); the client answers with a hello proving the job secret over that nonce, its job id,
+// service and rank; the server answers hello-ok (with its own proof) or refused (a fixed reason,
+// no job id) and closes.
 //
 // `FrameDecoder` is a pure, incremental decoder: no I/O, no allocation beyond the frame it is
 // assembling, and any input (including hostile bytes split at any boundary) yields either frames or
@@ -43,7 +48,7 @@ class NetError : public std::runtime_error {
 };
 
 inline constexpr std::array<char, 4> kMagic{'D', 'D', 'L', 'S'};
-inline constexpr std::uint16_t kProtocolVersion = 2;
+inline constexpr std::uint16_t kProtocolVersion = 3;
 inline constexpr std::size_t kMaxJobIdBytes = 256;
 // Largest payload once a connection has completed the handshake (a value plus its key).
 inline constexpr std::size_t kMaxPayloadBytes = std::size_t{64} << 20;
@@ -67,10 +72,12 @@ std::string service_name(Service service);  // "store", "parameter server", "ser
 
 // The transport's own ops, the same for every service.
 enum class TransportOp : std::uint8_t {
-  kHello = 1,    // client -> server: u32 rank, u32 world size, str secret
-  kHelloOk = 2,  // (empty)
-  kRefused = 3,  // str reason; the server closes the connection after it
-  kError = 4,    // str message: the request failed, the connection stays usable
+  kHello = 1,      // client -> server: u32 rank, u32 world size, str proof (or an admit hook's
+                   // credential), str client nonce
+  kHelloOk = 2,    // str server proof (empty when the server has no secret)
+  kRefused = 3,    // str reason; the server closes the connection after it
+  kError = 4,      // str message: the request failed, the connection stays usable
+  kChallenge = 5,  // server -> client, first on every connection: str nonce
 };
 // Ops from here up are the service's own.
 inline constexpr std::uint8_t kFirstServiceOp = 16;

@@ -9,6 +9,8 @@
 #include <thread>
 #include <unordered_map>
 
+#include "net/auth.h"
+
 namespace ddl::net {
 namespace {
 
@@ -17,20 +19,15 @@ using tcp = asio::ip::tcp;
 using boost::system::error_code;
 using std::chrono::milliseconds;
 
-// Compares without an early exit, so the time taken does not reveal how much of a guessed
-// secret was right.
-bool secrets_equal(const std::string& a, const std::string& b) {
-  const std::size_t n = std::max(a.size(), b.size());
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (std::size_t i = 0; i < n; ++i) {
-    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
-    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
-    diff |= static_cast<unsigned char>(x ^ y);
-  }
-  return diff == 0;
-}
+// What every refused client reads: nothing about this server (its job id, service or why), so a
+// stranger learns nothing by knocking; the server's own log says why.
+constexpr const char* kRefusalReason =
+    "not admitted: the hello did not prove the job secret for this job id, generation and service";
 
 std::uint8_t op_byte(TransportOp op) { return static_cast<std::uint8_t>(op); }
+
+// The service byte of frames a stranger may read (the challenge, a refusal): they name none.
+constexpr Service kNoService = static_cast<Service>(0);
 
 }  // namespace
 
@@ -86,6 +83,7 @@ class FramedServer::Impl::Session : public Connection,
                    std::to_string(self->server_.options().handshake_timeout.count()) + " ms");
       }
     });
+    send_challenge();
     read_more();
   }
 
@@ -191,47 +189,67 @@ class FramedServer::Impl::Session : public Connection,
     server_.handler().on_request(shared_from_this(), std::move(f));
   }
 
+  // The server speaks first: a fresh nonce the hello's proof must cover, so no hello captured on
+  // another connection is accepted on this one. The frame carries no job id.
+  void send_challenge() {
+    nonce_ = random_bytes(kNonceBytes);
+    send(Frame{kNoService, op_byte(TransportOp::kChallenge), 0, std::string(),
+               PayloadWriter().str(nonce_).take()});
+  }
+
   void handle_hello(const Frame& f) {
     if (f.op != op_byte(TransportOp::kHello)) {
       drop("expected a hello frame first, got " + transport_op_name(f.op));
       return;
     }
     PayloadReader r(f.payload, "hello");
-    const auto rank = static_cast<std::int32_t>(r.u32());
-    const auto world_size = static_cast<std::int32_t>(r.u32());
-    const std::string secret = r.str();
+    HelloBinding binding;
+    binding.server_nonce = nonce_;
+    binding.rank = static_cast<std::int32_t>(r.u32());
+    binding.world_size = static_cast<std::int32_t>(r.u32());
+    const std::string presented = r.str();
+    binding.client_nonce = r.str();
     r.finish();
-    rank_ = rank;
+    binding.job_id = f.job_id;
+    binding.service = f.service;
+    rank_ = binding.rank;
     const ServerOptions& opts = server_.options();
-    if (f.service != opts.service) {
-      refuse(f.request_id, "this endpoint serves the " + service_name(opts.service) + ", not the " +
-                               service_name(f.service));
-      return;
-    }
-    if (f.job_id != opts.job_id) {
-      refuse(f.request_id, "job id '" + f.job_id +
-                               "' refused: this " + opts.name +
-                               " serves another job (a stale generation?)");
-      return;
-    }
-    if (opts.admit) {
-      if (const std::string why = admission_refusal(secret, rank); !why.empty()) {
-        refuse(f.request_id, why);
-        return;
-      }
-    } else if (!opts.secret.empty() && !secrets_equal(secret, opts.secret)) {
-      refuse(f.request_id, "wrong job secret for job '" + f.job_id + "' (secret refused)");
+    if (const std::string why = hello_refusal(binding, presented); !why.empty()) {
+      refuse(f.request_id, why);
       return;
     }
     state_ = State::kReady;
     handshake_timer_.cancel();
     decoder_.set_max_payload_bytes(kMaxPayloadBytes);
-    spdlog::debug("{}: rank {}/{} joined from {}", opts.name, rank, world_size, peer_);
-    reply(f.request_id, op_byte(TransportOp::kHelloOk), {});
+    spdlog::debug("{}: rank {}/{} joined from {}", opts.name, binding.rank, binding.world_size,
+                  peer_);
+    const std::string proof =
+        opts.secret.empty() ? std::string() : server_proof(opts.secret, binding);
+    reply(f.request_id, op_byte(TransportOp::kHelloOk), PayloadWriter().str(proof).take());
+  }
+
+  // "" when the hello admits its sender; else why not, for this server's log only.
+  std::string hello_refusal(const HelloBinding& binding, const std::string& presented) {
+    const ServerOptions& opts = server_.options();
+    if (binding.service != opts.service) {
+      return "a hello for the " + service_name(binding.service) + " at the " +
+             service_name(opts.service);
+    }
+    if (binding.job_id != opts.job_id) {
+      return "a hello for job '" + binding.job_id + "' (a stale generation or another job)";
+    }
+    if (opts.admit) return admission_refusal(presented, binding.rank);
+    if (!opts.secret.empty() &&
+        !constant_time_equal(presented, client_proof(opts.secret, binding))) {
+      return "the hello's proof does not match the job secret (a wrong secret, or a hello "
+             "replayed from another connection)";
+    }
+    return "";
   }
 
   // ServerOptions::admit's verdict; an exception it throws is a refusal too.
   std::string admission_refusal(const std::string& presented, int rank) {
+    admit_refused_ = true;
     try {
       return server_.options().admit(presented, rank);
     } catch (const std::exception& e) {
@@ -239,11 +257,16 @@ class FramedServer::Impl::Session : public Connection,
     }
   }
 
+  // Logs `reason` here and answers with kRefusalReason only; an admit hook's reason is passed on
+  // (it speaks of the credential the client presented: ServerOptions::admit). The frame names no
+  // job id and no service.
   void refuse(std::uint32_t request_id, const std::string& reason) {
     server_.count_drop();
     spdlog::info("{}: refused connection from {} (rank {}): {}", server_.options().name, peer_,
                  rank_, reason);
-    reply(request_id, op_byte(TransportOp::kRefused), PayloadWriter().str(reason).take());
+    const std::string told = server_.options().admit && admit_refused_ ? reason : kRefusalReason;
+    send(Frame{kNoService, op_byte(TransportOp::kRefused), request_id, std::string(),
+               PayloadWriter().str(told).take()});
     state_ = State::kClosing;  // closed once the refusal is written
     handshake_timer_.cancel();
   }
@@ -284,6 +307,8 @@ class FramedServer::Impl::Session : public Connection,
   std::deque<Bytes> tx_;
   bool writing_ = false;
   asio::steady_timer handshake_timer_;
+  std::string nonce_;           // this connection's challenge
+  bool admit_refused_ = false;  // the admit hook gave the refusal's reason
 };
 
 FramedServer::Impl::Impl(const ServerOptions& options, const ServiceFactory& make_service)

@@ -1,5 +1,6 @@
 // The server half of the framed transport (net/frame.h): accepts connections on one endpoint,
-// runs the handshake (job id, secret, service) and the size caps, and hands every request of an
+// runs the handshake (a challenge, then a hello proving the secret for the job id and service:
+// net/auth.h) and the size caps, and hands every request of an
 // authenticated connection to the `ServiceHandler` of the service it serves. Everything a service does runs on the
 // server's one thread, so a service needs no locks of its own.
 //
@@ -49,10 +50,11 @@ class ServiceHandler {
 struct ServerOptions {
   env::Endpoint endpoint;     // where to listen; port 0 binds an ephemeral port
   std::string job_id;         // frames carrying another job id are refused
-  std::string secret;         // clients must present it; empty admits any client of the job id
+  std::string secret;  // clients must prove they hold it; empty admits any client of the job id
   // Set: decides instead of `secret` on what a client presents in its hello (e.g. a munge
   // credential, launcher/coord/munge_auth.h), given the rank the hello names. Returns "" to admit,
-  // else the reason for the refusal (sent to the client, logged). Runs on the server thread once
+  // else the reason for the refusal (sent to the client, logged: it must name nothing of this
+  // server a stranger should not learn; without the hook every refusal reads the same). Runs on the server thread once
   // per hello, after the job id and service were checked; an exception it throws refuses the
   // client with its message.
   std::function<std::string(const std::string& presented, int rank)> admit;

@@ -163,8 +163,10 @@ std::string MungeAdmission::refusal(const std::string& presented, int node) cons
     return std::string("munge credential refused: ") + e.what();
   }
   if (decoded.uid != ::geteuid()) {
-    return "munge credential of uid " + std::to_string(decoded.uid) + " refused: this launcher "
-           "runs as uid " + std::to_string(::geteuid());
+    // The reason goes back to the stranger: it names their uid, not ours. Past this check the
+    // peer is the job's own user, who may read the scope below.
+    return "munge credential of uid " + std::to_string(decoded.uid) +
+           " refused: not the user this job runs as";
   }
   if (decoded.payload != payload(node)) {
     std::string seen = decoded.payload.substr(0, 200);

@@ -17,7 +17,8 @@ void read_payload(const Frame& f) {
   if (f.op == static_cast<std::uint8_t>(TransportOp::kHello)) {
     r.u32();
     r.u32();
-    r.str();
+    r.str();  // the proof (or an admit hook's credential)
+    r.str();  // the client's nonce
     r.finish();
     return;
   }

@@ -137,7 +137,7 @@ TEST(FrameTest, OtherProtocolVersionIsRefused) {
   Decoded d = decode_all(b);
   ASSERT_TRUE(d.error);
   EXPECT_EQ(d.error->kind(), ProtocolErrorKind::kBadVersion);
-  EXPECT_NE(std::string(d.error->what()).find("version 3, expected 2"), std::string::npos)
+  EXPECT_NE(std::string(d.error->what()).find("version 4, expected 3"), std::string::npos)
       << d.error->what();
 }
 
@@ -148,7 +148,7 @@ TEST(FrameTest, AVersionOneFrameIsRefusedAsAnOlderPeer) {
   ASSERT_TRUE(d.error);
   EXPECT_EQ(d.error->kind(), ProtocolErrorKind::kBadVersion);
   const std::string what = d.error->what();
-  EXPECT_NE(what.find("version 1, expected 2"), std::string::npos) << what;
+  EXPECT_NE(what.find("version 1, expected 3"), std::string::npos) << what;
   EXPECT_NE(what.find("older ddlaunch"), std::string::npos) << what;
 }
 

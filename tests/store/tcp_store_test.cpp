@@ -15,6 +15,7 @@
 #include "tests/support/bytes.h"
 #include "tests/support/text.h"
 #include "tests/store/test_util.h"
+#include "net/auth.h"
 #include "net/frame.h"
 #include "store/protocol.h"
 #include "store/tcp_store.h"
@@ -111,13 +112,30 @@ class RawSocket {
   int fd_ = -1;
 };
 
-Bytes hello_frame(const TcpStoreOptions& o) {
+// The hello a client of `o` sends in answer to the server's challenge `nonce`.
+Bytes hello_frame(const TcpStoreOptions& o, const std::string& nonce) {
+  net::HelloBinding b;
+  b.server_nonce = nonce;
+  b.client_nonce = std::string(net::kNonceBytes, 'c');
+  b.job_id = o.job_id;
+  b.service = net::Service::kStore;
+  b.rank = o.rank;
+  b.world_size = o.world_size;
   return raw_frame(kHelloOp, o.job_id,
-                       net::PayloadWriter()
-                           .u32(static_cast<std::uint32_t>(o.rank))
-                           .u32(static_cast<std::uint32_t>(o.world_size))
-                           .str(o.secret)
-                           .take());
+                   net::PayloadWriter()
+                       .u32(static_cast<std::uint32_t>(o.rank))
+                       .u32(static_cast<std::uint32_t>(o.world_size))
+                       .str(net::client_proof(o.secret, b))
+                       .str(b.client_nonce)
+                       .take());
+}
+
+// Reads the server's challenge from `raw` and answers it as a client of `o`.
+void say_hello(RawSocket& raw, const TcpStoreOptions& o) {
+  const net::Frame challenge = raw.read_frame();
+  ASSERT_EQ(challenge.op, static_cast<std::uint8_t>(net::TransportOp::kChallenge));
+  net::PayloadReader r(challenge.payload, "challenge");
+  raw.send(hello_frame(o, r.str()));
 }
 
 // Captures what the store logs, to check messages users will read.
@@ -202,19 +220,30 @@ TEST_F(TcpStoreTest, WrongJobIdIsRefused) {
   } catch (const StoreError& e) {
     const std::string msg = e.what();
     EXPECT_TRUE(contains(msg, "refused")) << msg;
+    // The client names its own job id; the server's reply names none.
     EXPECT_TRUE(contains(msg, "job id 'job-previous-generation'")) << msg;
+    EXPECT_FALSE(contains(msg, "'job-test'")) << msg;
   }
   EXPECT_TRUE(dropped_reaches(1));
 }
 
-TEST(TcpStoreSecretTest, ServerWithoutSecretAdmitsAnyClientOfTheJob) {
+TEST(TcpStoreSecretTest, ServerWithoutSecretAdmitsAnyClientOfTheJobButASecretHolderDoesNotTrustIt) {
   auto server_options = loopback_options(0);
   server_options.secret = "";
   TcpStoreServer server(server_options);
   auto options = loopback_options(server.port());
-  options.secret = "whatever";
+  options.secret = "";
   TcpStore store(options);
   EXPECT_EQ(store.add("n", 3), 3);
+  // A client that holds a secret does not trust a server that cannot prove it holds it too.
+  options.secret = "whatever";
+  try {
+    TcpStore doubtful(options);
+    FAIL() << "a client with a secret trusted a server without one";
+  } catch (const StoreError& e) {
+    EXPECT_TRUE(contains(e.what(), "without proving it holds the job secret")) << e.what();
+  }
+  EXPECT_EQ(server.dropped_connections(), 0u) << "the server itself admitted the client";
 }
 
 TEST_F(TcpStoreTest, GarbageIsDroppedWhileRealClientsKeepWorking) {
@@ -245,7 +274,7 @@ TEST_F(TcpStoreTest, OversizedFrameBeforeTheHandshakeIsDropped) {
 TEST_F(TcpStoreTest, OversizedFrameAfterTheHandshakeIsDropped) {
   TcpStore real(client_options(0));
   RawSocket raw(server_.port());
-  raw.send(hello_frame(client_options(1)));
+  say_hello(raw, client_options(1));
   ASSERT_EQ(raw.read_frame().op, kHelloOkOp);
   Bytes header = raw_frame(Op::kSet, "job-test", Bytes{});
   const auto over = static_cast<std::uint32_t>(net::kMaxPayloadBytes + 1);
@@ -260,7 +289,7 @@ TEST_F(TcpStoreTest, HalfAFrameThenCloseIsDropped) {
   TcpStore real(client_options(0));
   {
     RawSocket raw(server_.port());
-    Bytes hello = hello_frame(client_options(1));
+    Bytes hello = hello_frame(client_options(1), std::string(net::kNonceBytes, 'x'));
     hello.resize(hello.size() / 2);
     raw.send(hello);
   }
@@ -271,7 +300,7 @@ TEST_F(TcpStoreTest, HalfAFrameThenCloseIsDropped) {
 
 TEST_F(TcpStoreTest, FrameOfAnotherJobAfterTheHandshakeIsDropped) {
   RawSocket raw(server_.port());
-  raw.send(hello_frame(client_options(1)));
+  say_hello(raw, client_options(1));
   ASSERT_EQ(raw.read_frame().op, kHelloOkOp);
   raw.send(raw_frame(Op::kSet, "job-other",
                          net::PayloadWriter().str("k").str("v").take()));
@@ -293,7 +322,7 @@ TEST_F(TcpStoreTest, RequestBeforeHelloIsDropped) {
 
 TEST_F(TcpStoreTest, MalformedPayloadIsDropped) {
   RawSocket raw(server_.port());
-  raw.send(hello_frame(client_options(1)));
+  say_hello(raw, client_options(1));
   ASSERT_EQ(raw.read_frame().op, kHelloOkOp);
   raw.send(raw_frame(Op::kGet, "job-test", Bytes{'\0', '\0'}));  // truncated key
   EXPECT_TRUE(raw.closed_by_peer());

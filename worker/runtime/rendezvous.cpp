@@ -6,9 +6,12 @@
 #include <cerrno>
 #include <cstring>
 
+#include <spdlog/spdlog.h>
+
 #include "env/scheduler.h"
 #include "store/memory_store.h"
 #include "store/tcp_store.h"
+#include "worker/runtime/secret_file.h"
 
 namespace ddl {
 
@@ -22,6 +25,22 @@ std::string this_host_name() {
                         std::strerror(errno));
   }
   return name;
+}
+
+// Ranks a scheduler started without DDL_JOB_SECRET share one machine (env/scheduler.h requires
+// the secret across machines): they take the job's secret from a file only this user can read
+// (worker/runtime/secret_file.h). Without one, the store runs open, as before, and rank 0 says so.
+std::optional<SharedSecret> scheduler_secret(const env::WorkerContract& c) {
+  if (c.source == env::WorkerContract::Source::kLaunch || !c.secret.empty()) return std::nullopt;
+  std::string why_not;
+  auto shared = shared_secret(default_secret_folder(), c.job_id, why_not);
+  if (!shared && c.rank == 0) {
+    spdlog::warn(
+        "rank 0: the store of job '{}' ({}) admits any local user: no {} and no private secret "
+        "file ({}); set {} in every rank",
+        c.job_id, env::source_name(c.source), env::kJobSecret, why_not, env::kJobSecret);
+  }
+  return shared;
 }
 
 }  // namespace
@@ -66,12 +85,19 @@ Rendezvous rendezvous(const ParallelEnv& env, std::optional<std::chrono::millise
   // launcher/cluster/generation.h), so a worker left over from before a restart is refused by the new store.
   options.job_id = c.job_id;
   options.secret = c.secret;
+  const std::optional<SharedSecret> shared = scheduler_secret(c);
+  if (shared) options.secret = shared->secret;
   options.rank = c.rank;
   options.world_size = c.world_size;
   options.connect_timeout = deadline;
   if (c.rank == 0) r.store_server = std::make_shared<TcpStoreServer>(options);
   r.store = std::make_unique<TcpStore>(options);
   barrier(*r.store, "join", c.rank, c.world_size, deadline);
+  // Every rank has read the secret file by now (it joined with it).
+  if (shared && c.rank == 0) {
+    std::error_code ignored;
+    std::filesystem::remove(shared->path, ignored);
+  }
   r.host = c.current.host.empty() ? this_host_name() : c.current.host;
   return r;
 }

@@ -134,12 +134,12 @@ void disturb_store(std::uint16_t port, const std::atomic<bool>& stop, std::atomi
   };
   using namespace ddl::net;
   PayloadWriter hello;
-  hello.u32(1).u32(2).str(std::string_view("not-the-secret"));
+  hello.u32(1).u32(2).str(std::string(32, 'p')).str(std::string(32, 'n'));  // a proof guessed
   const Bytes wrong_secret = encode(Frame{Service::kStore,
                                           static_cast<std::uint8_t>(TransportOp::kHello), 0,
                                           "some-job", hello.take()});
-  // Magic, version 2, store, op 16, request 0, no job id, then a payload of 2 GiB announced.
-  std::string oversized("DDLS\x00\x02\x01\x10\x00\x00\x00\x00\x00\x00", 14);
+  // Magic, version 3, store, op 16, request 0, no job id, then a payload of 2 GiB announced.
+  std::string oversized("DDLS\x00\x03\x01\x10\x00\x00\x00\x00\x00\x00", 14);
   oversized += std::string("\x7f\xff\xff\xff", 4);
   while (!stop) {
     send_all("GET / HTTP/1.1\r\nHost: x\r\n\r\n");
