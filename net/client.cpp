@@ -116,15 +116,20 @@ void FramedClient::Impl::connect_with_retry() {
   const auto deadline = deadline_after(options_.connect_timeout);
   milliseconds backoff = kFirstBackoff;
   std::optional<Clock::time_point> last_log;
+  // Why the last attempt that ended on its own failed ("Connection refused"): one cut short by
+  // the deadline ("name resolution timed out") says nothing about the server.
+  std::string reason;
   for (;;) {
     std::optional<std::string> error = try_connect(deadline);
     if (!error) return;
-    const auto now = Clock::now();
-    if (now >= deadline) {
-      throw NetError(prefix() + "could not reach " + options_.server_name + " at " + where_ +
-                     " (hosted by " + options_.server_host_hint + ") within " +
-                     std::to_string(options_.connect_timeout.count()) + " ms: " + *error);
-    }
+    auto now = Clock::now();
+    if (now < deadline || reason.empty()) reason = *error;
+    const auto unreachable = [&] {
+      return UnreachableError(prefix() + "could not reach " + options_.server_name + " at " +
+                              where_ + " (hosted by " + options_.server_host_hint + ") within " +
+                              std::to_string(options_.connect_timeout.count()) + " ms: " + reason);
+    };
+    if (now >= deadline) throw unreachable();
     if (!last_log || now - *last_log >= kConnectLogInterval) {
       const auto left = std::chrono::ceil<std::chrono::seconds>(deadline - now);
       spdlog::info("rank {}: {} at {} not ready yet, retrying ({}s left)", options_.rank,
@@ -134,6 +139,7 @@ void FramedClient::Impl::connect_with_retry() {
     const auto pause = std::min<Clock::duration>(backoff, deadline - now);
     std::this_thread::sleep_for(pause);
     backoff = std::min(backoff * 2, kMaxConnectBackoff);
+    if (Clock::now() >= deadline) throw unreachable();
   }
 }
 

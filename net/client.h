@@ -46,12 +46,20 @@ class RefusedError : public NetError {
   using NetError::NetError;
 };
 
+// No server answered at the endpoint by the connect deadline (nothing listening, no route): the
+// message names the endpoint, the deadline and the last attempt's own error.
+class UnreachableError : public NetError {
+ public:
+  using NetError::NetError;
+};
+
 // Thread-safe: calls from several threads are serialised on the one connection. Move-only.
 class FramedClient {
  public:
   // Connects (retrying until options.connect_timeout) and performs the handshake. Throws
-  // RefusedError when the server refuses this client, NetError naming the endpoint when the
-  // deadline passes or the peer is not a server of this protocol.
+  // RefusedError when the server refuses this client, UnreachableError naming the endpoint when
+  // the deadline passes before a connection, NetError when the peer is not a server of this
+  // protocol.
   explicit FramedClient(const ClientOptions& options);
   ~FramedClient();
   FramedClient(FramedClient&&) noexcept;

@@ -38,6 +38,12 @@ class StoreTimeout : public StoreError {
   explicit StoreTimeout(const std::string& what) : StoreError(kExitDeadline, what) {}
 };
 
+// A client found no store at its endpoint by its connect deadline (nothing listening there).
+class StoreUnreachable : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
+
 class Store {
  public:
   // Used where a caller gives no timeout of its own.

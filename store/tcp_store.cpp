@@ -43,6 +43,8 @@ template <class Fn>
 auto as_store_error(Fn fn) -> decltype(fn()) {
   try {
     return fn();
+  } catch (const net::UnreachableError& e) {
+    throw StoreUnreachable(e.what());
   } catch (const net::NetError& e) {
     throw StoreError(e.what());
   }

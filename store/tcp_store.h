@@ -65,8 +65,8 @@ class TcpStoreServer {
 class TcpStore : public Store {
  public:
   // Connects (retrying until options.connect_timeout) and performs the handshake. Throws
-  // StoreError naming the endpoint on refusal (wrong secret or job id) or when the deadline
-  // passes.
+  // StoreError naming the endpoint on refusal (wrong secret or job id), StoreUnreachable when
+  // the deadline passes before a connection.
   explicit TcpStore(const TcpStoreOptions& options);
   ~TcpStore() override;
   TcpStore(TcpStore&&) noexcept;

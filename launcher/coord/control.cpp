@@ -45,6 +45,21 @@ std::string seconds_text(milliseconds ms) {
   return os.str();
 }
 
+// For a node other than 0 that finds nobody at node 0's address: node 0 is not there yet (it
+// starts later than the rendezvous deadline allows) or not any more (it gave up waiting, or the
+// job ran and ended without this node).
+ControlError no_node_zero(const std::string& node, const std::string& where,
+                          milliseconds rendezvous_timeout, const StoreUnreachable& e) {
+  return ControlError(
+      node + ": cannot join the job: no control store answered at " + where +
+      " within the rendezvous deadline (" + seconds_text(rendezvous_timeout) +
+      " s, --rendezvous_timeout). Node 0's launcher is not running there: if it was started "
+      "earlier, its rendezvous deadline passed before this node arrived, or the job already "
+      "started or ended without it; start every node within the deadline of the first one, or "
+      "check --master_addr/--master_port. (" +
+      e.what() + ")");
+}
+
 std::string list_nodes(const std::vector<int>& nodes) {
   std::string out;
   for (int n : nodes) out += (out.empty() ? "" : ", ") + std::to_string(n);
@@ -111,6 +126,8 @@ void ControlChannel::assign_node_rank() {
   try {
     TcpStore client(store);
     claimed = client.add(kAutoRankKey, 1);
+  } catch (const StoreUnreachable& e) {
+    throw no_node_zero("this node (no node rank given)", where(), options_.rendezvous_timeout, e);
   } catch (const StoreError& e) {
     throw ControlError("no node rank given: cannot get one from node 0's control store at " +
                        where() + ": " + e.what());
@@ -136,6 +153,12 @@ ControlChannel::ControlChannel(const ControlOptions& options) : options_(options
                    options.endpoint.str());
     }
     store_ = std::make_unique<TcpStore>(store);
+  } catch (const StoreUnreachable& e) {
+    if (options_.node_rank != 0) {
+      throw no_node_zero("node " + std::to_string(options_.node_rank), where(),
+                         options_.rendezvous_timeout, e);
+    }
+    throw ControlError("node 0: control store at " + where() + ": " + e.what());
   } catch (const StoreError& e) {
     throw ControlError("node " + std::to_string(options_.node_rank) + ": control store at " +
                        where() + ": " + e.what());

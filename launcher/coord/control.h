@@ -102,10 +102,12 @@ struct Membership {
 class ControlChannel {
  public:
   // Node 0 starts the server; every node connects (retrying until rendezvous_timeout). Throws
-  // ControlError. With node_rank kAutoNodeRank the launcher that can host the store at the
-  // endpoint (its address is this machine's and the port is free: the first launcher there)
-  // becomes node 0, and each other one takes the next node rank from node 0's counter (1, 2, ...
-  // in the order they connect), as Paddle's master and torchrun's c10d rendezvous hand ranks out.
+  // ControlError; for a node that finds no store at node 0's address by then, one that says node
+  // 0's rendezvous deadline may have passed or the job started or ended without this node. With
+  // node_rank kAutoNodeRank the launcher that can host the store at the endpoint (its address is
+  // this machine's and the port is free: the first launcher there) becomes node 0, and each other
+  // one takes the next node rank from node 0's counter (1, 2, ... in the order they connect), as
+  // Paddle's master and torchrun's c10d rendezvous hand ranks out.
   explicit ControlChannel(const ControlOptions& options);
 
   // This node's rank (assigned by the constructor under kAutoNodeRank).

@@ -203,6 +203,7 @@ std::vector<ProcessStacks> collect_stacks(const std::vector<StackTarget>& target
       r.error = std::move(gone);
       continue;
     }
+    r.stopped = process_state(r.pid) == 'T';
     if (options.tools.empty()) {
       r.error = "no stack tool configured (the list of tools is empty)";
       continue;
@@ -260,7 +261,8 @@ std::vector<ProcessStacks> collect_stacks(const std::vector<StackTarget>& target
       if (run.timed_out) {
         // A tracer killed between its PTRACE_ATTACH and the detach can leave the target in the
         // stop that the attach's SIGSTOP began; SIGCONT undoes that and is harmless otherwise.
-        if (gone_reason(r.pid).empty()) ::kill(r.pid, SIGCONT);
+        // Not for a process that was stopped before: it stays as it was found.
+        if (!r.stopped && gone_reason(r.pid).empty()) ::kill(r.pid, SIGCONT);
         a.failures.push_back(tool + " did not finish within " +
                              std::to_string(options.timeout.count()) + " ms (killed)");
         r.error = join(a.failures, "; ");
@@ -297,6 +299,9 @@ std::vector<std::string> summarize_stacks(const std::vector<ProcessStacks>& stac
   std::vector<std::string> lines;
   for (const ProcessStacks& s : stacks) {
     std::string line = s.name + ": ";
+    // /proc tells a stop apart but not which signal caused it; SIGSTOP is the usual one.
+    if (s.stopped) line += "stopped (SIGSTOP or another stop signal), ";
+    if (s.stopped && s.error.empty() && !s.tool.empty() && !s.innermost.empty()) line += "in ";
     if (!s.error.empty() || s.tool.empty()) {
       line += "no stack (" + (s.error.empty() ? std::string("not taken") : s.error) + ")";
     } else if (s.innermost.empty()) {

@@ -50,6 +50,10 @@ struct ProcessStacks {
   std::string innermost;
   int innermost_tid = -1;       // the thread `innermost` is on (== pid: the main thread)
   bool innermost_ours = false;  // `innermost` is a frame of our code (always, for py-spy)
+  // The process was stopped (state T in /proc/PID/stat: SIGSTOP, or a terminal stop signal) when
+  // the collection began. Its stack is still taken (a tracer attaches to a stopped process and
+  // leaves it stopped), and it is never sent SIGCONT: whoever stopped it decides when it runs.
+  bool stopped = false;
 };
 
 // How to take the stacks.
@@ -88,6 +92,7 @@ std::vector<ProcessStacks> collect_stacks(const std::vector<StackTarget>& target
 //   "rank 1: pause (no frame of our code in any thread)"
 //   "rank 1: stack taken, but no frames in it"
 //   "rank 2: no stack (eu-stack exited with code 2: eu-stack: dwfl_linux_proc_attach ...)"
+//   "rank 3: stopped (SIGSTOP or another stop signal), in ddl::FaultInjector::at_step"
 std::vector<std::string> summarize_stacks(const std::vector<ProcessStacks>& stacks);
 
 // Appends one dump to the file `path`, creating it if missing: a header line with `reason` and the

@@ -139,7 +139,7 @@ class EnvironmentDefaults {
     const std::string value = *lookup(flag, prefix);
     used_.push_back(v.name + "=" + value);
     const std::optional<FlagMatch> match = find_flag(v.spelling);
-    flags_.add(*match->spec, match->spelling, value);
+    flags_.add(*match->spec, match->spelling, value, v.name);
   }
 
   void add_torchrun(const GivenFlags& given) {
@@ -216,8 +216,21 @@ class EnvironmentDefaults {
 
 }  // namespace
 
-void GivenFlags::add(const FlagSpec& spec, const std::string& spelling, std::string value) {
-  flags_[spec.name].push_back(GivenFlag{spelling, std::move(value)});
+void GivenFlags::add(const FlagSpec& spec, const std::string& spelling, std::string value,
+                     std::string variable) {
+  flags_[spec.name].push_back(GivenFlag{spelling, std::move(value), std::move(variable)});
+}
+
+std::optional<std::string> GivenFlags::variable_of(const std::string& flag,
+                                                   const std::string& value) const {
+  for (const auto& [name, given] : flags_) {
+    for (const GivenFlag& g : given) {
+      if ((name == flag || g.spelling == flag) && g.value == value && !g.variable.empty()) {
+        return g.variable;
+      }
+    }
+  }
+  return std::nullopt;
 }
 
 std::optional<GivenFlag> GivenFlags::get(const std::string& name) const {

@@ -19,19 +19,24 @@ namespace ddl::launcher {
 struct GivenFlag {
   std::string spelling;
   std::string value;
+  std::string variable;  // the environment variable that gave it ("PET_NNODES"); empty: argv
 };
 
 // The flags given, by the flag's own name. A flag given twice keeps its last value; two different
 // reported spellings of one flag (--gpus and --devices) are an error when the flag is read.
 class GivenFlags {
  public:
-  void add(const FlagSpec& spec, const std::string& spelling, std::string value);
+  void add(const FlagSpec& spec, const std::string& spelling, std::string value,
+           std::string variable = {});
   // True when any spelling of `name` was given.
   bool has(const std::string& name) const { return flags_.count(name) > 0; }
   // The flag as given; nullopt when absent. Throws OptionsError for two reported spellings.
   std::optional<GivenFlag> get(const std::string& name) const;
   // The value given (`name` must have been given).
   std::string value(const std::string& name) const { return get(name)->value; }
+  // The variable that gave `value` to the flag named or spelled `flag` (a BadValueError's
+  // parts); nullopt when the command line gave it, or no such flag was given.
+  std::optional<std::string> variable_of(const std::string& flag, const std::string& value) const;
 
   // The value read and checked as the flag table types the flag (its limits, choices, default);
   // nullopt when absent. Throws OptionsError for a bad value, std::logic_error when `name` is
@@ -58,7 +63,7 @@ struct TypedSpelling {
 struct CommandLine {
   GivenFlags flags;
   std::vector<TypedSpelling> typed;  // in command-line order
-  std::vector<std::string> worker;  // WORKER first, then its arguments; may be empty
+  std::vector<std::string> worker;   // WORKER first, then its arguments; may be empty
   // The variables that gave a flag its value, as "PET_NNODES=2", in the order they were read.
   std::vector<std::string> from_environment;
 };

@@ -775,9 +775,10 @@ void parse_levels_and_timeouts(const GivenFlags& r, LaunchOptions& o) {
 
 }  // namespace
 
-LaunchOptions parse_options(int argc, const char* const argv[], const env::EnvMap& env,
-                            const MachineCounts& machine) {
-  const CommandLine command_line = read_command_line(argc, argv, env);
+namespace {
+
+LaunchOptions parse_command_line(const CommandLine& command_line, const env::EnvMap& env,
+                                 const MachineCounts& machine) {
   const GivenFlags& r = command_line.flags;
   LaunchOptions o;
   o.from_environment = command_line.from_environment;
@@ -827,6 +828,21 @@ LaunchOptions parse_options(int argc, const char* const argv[], const env::EnvMa
   if (o.worker.empty()) throw OptionsError("WORKER is an empty string (see launch --help)");
   o.worker_args.assign(command_line.worker.begin() + 1, command_line.worker.end());
   return o;
+}
+
+}  // namespace
+
+LaunchOptions parse_options(int argc, const char* const argv[], const env::EnvMap& env,
+                            const MachineCounts& machine) {
+  const CommandLine command_line = read_command_line(argc, argv, env);
+  try {
+    return parse_command_line(command_line, env, machine);
+  } catch (const BadValueError& e) {
+    // A value from PET_NNODES or PADDLE_*: the user set a variable, not the flag, so name it.
+    const auto variable = command_line.flags.variable_of(e.flag, e.value);
+    if (!variable) throw;
+    throw OptionsError(*variable + "='" + e.value + "' (for --" + e.flag + "): " + e.expected);
+  }
 }
 
 std::string describe_options(const LaunchOptions& o) {

@@ -244,7 +244,8 @@ struct MachineCounts {
 int visible_gpu_count(const env::EnvMap& env);
 
 // Parses argv (argv[0] is the program). Throws OptionsError for unknown options, bad values,
-// inconsistent flags and a missing WORKER (unless --help or --version).
+// inconsistent flags and a missing WORKER (unless --help or --version). A bad value that came from
+// a variable names it and the flag: "PET_NNODES='x' (for --nnodes): expected ...".
 //
 // `env` supplies defaults the way torchrun reads them: PET_<FLAG> (PET_NNODES, PET_NPROC_PER_NODE,
 // PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT, PET_MAX_RESTARTS, PET_RDZV_ID, PET_RDZV_CONF,

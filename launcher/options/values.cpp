@@ -16,7 +16,7 @@ bool is_boolean_word(std::string v) {
 
 [[noreturn]] void bad_value(const std::string& flag, const std::string& value,
                             const std::string& expected) {
-  throw OptionsError("--" + flag + "='" + value + "': " + expected);
+  throw BadValueError(flag, value, expected);
 }
 
 std::vector<std::string> split_commas(const std::string& text) {

@@ -5,12 +5,29 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "env/contract.h"
 #include "launcher/options/options.h"
 
 namespace ddl::launcher {
+
+// A flag's value that failed its check, as bad_value() throws it: the parts kept apart so that
+// parse_options() can name the environment variable the value came from (PET_NNODES='x' (for
+// --nnodes): ...).
+class BadValueError : public OptionsError {
+ public:
+  BadValueError(std::string flag, std::string value, std::string expected)
+      : OptionsError("--" + flag + "='" + value + "': " + expected),
+        flag(std::move(flag)),
+        value(std::move(value)),
+        expected(std::move(expected)) {}
+
+  std::string flag;  // the spelling the message names, without dashes
+  std::string value;
+  std::string expected;
+};
 
 [[noreturn]] void bad_value(const std::string& flag, const std::string& value,
                             const std::string& expected);

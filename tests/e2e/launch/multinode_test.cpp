@@ -5,6 +5,8 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
+
 #include "env/contract.h"
 #include "tests/e2e/launch/launch_helpers.h"
 
@@ -261,6 +263,43 @@ void expect_mismatch(const std::vector<std::string>& args0, const std::vector<st
   EXPECT_LT(node0.elapsed(), milliseconds(15'000));
   EXPECT_FALSE(contains(node0.err(), "started rank")) << "no worker starts";
   EXPECT_FALSE(contains(node1.err(), "started rank")) << "no worker starts";
+}
+
+// Node 1 arrives after node 0 gave up waiting for it: node 0 names the missing node, node 1 is
+// told that nobody answers at node 0's address within its rendezvous deadline and why that may
+// be, naming the endpoint and the deadline (not the last connect attempt's "timed out").
+TEST(MultiNode, ALateNodeIsToldTheRendezvousDeadlinePassed) {
+  TempDir logs, tmp0, tmp1;
+  const int port = free_loopback_port();
+  auto args0 = paddle_args(kNode0, port, logs.path() / "a", {});
+  auto args1 = paddle_args(kNode1, port, logs.path() / "b", {});
+  for (auto* args : {&args0, &args1}) {
+    std::replace(args->begin(), args->end(), std::string("--rendezvous_timeout=20"),
+                 std::string("--rendezvous_timeout=1"));
+  }
+  LaunchRun node0(tmp0, args0, secret_env());
+  const auto code0 = node0.wait(milliseconds(20'000));
+  ASSERT_TRUE(code0) << node0.err();
+  EXPECT_NE(*code0, 0) << node0.err();
+  EXPECT_TRUE(contains(node0.err(), "node(s) 1 of 2 did not join")) << node0.err();
+
+  LaunchRun node1(tmp1, args1, secret_env());
+  const auto code1 = node1.wait(milliseconds(20'000));
+  ASSERT_TRUE(code1) << node1.err();
+  EXPECT_NE(*code1, 0) << node1.err();
+  const std::string err = node1.err();
+  EXPECT_TRUE(contains(err, "node 1: cannot join the job: no control store answered at " + kNode0 +
+                                ":" + std::to_string(port)))
+      << err;
+  EXPECT_TRUE(contains(err, "within the rendezvous deadline (1 s, --rendezvous_timeout)")) << err;
+  EXPECT_TRUE(contains(err,
+                       "its rendezvous deadline passed before this node arrived, or the "
+                       "job already started or ended without it"))
+      << err;
+  EXPECT_TRUE(contains(err, "Connection refused")) << err;
+  EXPECT_FALSE(contains(err, "timed out")) << err;
+  EXPECT_LT(node1.elapsed(), milliseconds(5'000));
+  EXPECT_FALSE(contains(err, "started rank")) << "no worker starts";
 }
 
 TEST(MultiNode, DifferentWorkerCountsFailOnBothSides) {

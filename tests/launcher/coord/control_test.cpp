@@ -241,6 +241,40 @@ TEST(ControlChannel, MissingNodeIsNamedAtTheDeadline) {
   EXPECT_LT(Clock::now() - started, milliseconds(3000));
 }
 
+// Node 1 arrives after node 0 gave up at its rendezvous deadline: it is told that no control
+// store answers at node 0's address, naming the endpoint and the deadline and what that means,
+// with the last attempt's own error (not "name resolution timed out").
+TEST(ControlChannel, ALateNodeIsToldTheRendezvousDeadlinePassed) {
+  const std::uint16_t port = free_port();
+  auto options0 = options_for(port, 0, 2);
+  options0.rendezvous_timeout = milliseconds(300);
+  {
+    ControlChannel c0(options0);
+    EXPECT_THROW(c0.rendezvous(description(2), endpoints("127.0.0.1", 9000, 2), "j"), ControlError);
+  }
+  auto options1 = options_for(port, 1, 2);
+  options1.rendezvous_timeout = milliseconds(400);
+  const auto started = Clock::now();
+  try {
+    ControlChannel c1(options1);
+    ADD_FAILURE() << "node 1 joined a job that is gone";
+  } catch (const ControlError& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.rfind("node 1: cannot join the job: no control store answered at 127.0.0.1:" +
+                            std::to_string(port) +
+                            " (node 0's launcher) within the rendezvous deadline (0.4 s, "
+                            "--rendezvous_timeout)",
+                        0),
+              0u)
+        << msg;
+    EXPECT_NE(msg.find("the job already started or ended"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("Connection refused"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("timed out"), std::string::npos) << msg;
+  }
+  EXPECT_GE(Clock::now() - started, milliseconds(400));
+  EXPECT_LT(Clock::now() - started, milliseconds(3000));
+}
+
 TEST(ControlChannel, AFailureReachesTheOtherNodeAndNamesItself) {
   const std::uint16_t port = free_port();
   ControlChannel c0(options_for(port, 0, 2));

@@ -142,6 +142,43 @@ TEST(CollectStacks, MainThreadOutsideOurCodeNamesTheOtherThread) {
   EXPECT_EQ(summarize_stacks(foreign)[0], "rank 3: pause (no frame of our code in any thread)");
 }
 
+// A rank stopped by SIGSTOP (state T): its stack is taken with each tool in time, the summary
+// says it is stopped and where, and it is left stopped (no SIGCONT), also when the tool hangs.
+TEST(CollectStacks, StoppedProcessIsNamedStoppedAndLeftStopped) {
+  TempDir dir("ddl_diag");
+  auto stuck = start_stuck(dir, "stuck");
+  ASSERT_EQ(::kill(stuck->pid(), SIGSTOP), 0);
+  ASSERT_TRUE(ddl::testing::wait_until(
+      [&] { return ddl::testing::stat_field(stuck->pid(), 3).value_or("?") == "T"; }, 2000ms));
+  for (const char* tool : {kEuStack, kGdb}) {
+    if (!tool_available(tool)) continue;
+    const auto started = std::chrono::steady_clock::now();
+    const auto stacks = collect_stacks({{"rank 1", stuck->pid()}}, only(tool));
+    EXPECT_LT(ddl::testing::elapsed_ms(started), 9000) << tool;
+    ASSERT_EQ(stacks.size(), 1u);
+    EXPECT_TRUE(stacks[0].stopped) << tool;
+    expect_stuck_program_stack(stacks[0], tool, stuck->pid());
+    EXPECT_EQ(summarize_stacks(stacks)[0],
+              "rank 1: stopped (SIGSTOP or another stop signal), in "
+              "ddl::test::wait_in_known_place")
+        << tool;
+    EXPECT_EQ(ddl::testing::stat_field(stuck->pid(), 3).value_or("?"), "T") << tool;
+  }
+  // A tool that hangs is killed at the deadline; the stopped process gets no SIGCONT.
+  write_tool(dir, kEuStack, "/bin/sleep 30\n");
+  StackOptions options = only(kEuStack);
+  options.path = dir.str();
+  options.timeout = 300ms;
+  const auto stacks = collect_stacks({{"rank 1", stuck->pid()}}, options);
+  ASSERT_EQ(stacks.size(), 1u);
+  EXPECT_TRUE(stacks[0].stopped);
+  EXPECT_EQ(summarize_stacks(stacks)[0],
+            "rank 1: stopped (SIGSTOP or another stop signal), no stack (eu-stack did not "
+            "finish within 300 ms (killed))");
+  EXPECT_EQ(ddl::testing::stat_field(stuck->pid(), 3).value_or("?"), "T");
+  ::kill(stuck->pid(), SIGCONT);
+}
+
 TEST(CollectStacks, SeveralProcessesKeepTheirOrder) {
   if (!tool_available(kEuStack)) GTEST_SKIP() << "eu-stack is not installed";
   TempDir dir("ddl_diag");
@@ -391,6 +428,10 @@ TEST(StackReport, SummaryHasOneLinePerProcess) {
                                       "rank 2: no stack (eu-stack exited with code 2: no)",
                                       "rank 3: stack taken, but no frames in it"}));
   EXPECT_TRUE(summarize_stacks({}).empty());
+  ProcessStacks stopped = taken("rank 4", 127, "ddl::FaultInjector::at_step", 127, true);
+  stopped.stopped = true;
+  EXPECT_EQ(summarize_stacks({stopped})[0],
+            "rank 4: stopped (SIGSTOP or another stop signal), in ddl::FaultInjector::at_step");
 }
 
 TEST(StackReport, WriteStacksAppendsOneDumpPerCall) {

@@ -394,11 +394,29 @@ TEST(EnvironmentDefaults, FlagsWinOverVariables) {
             3);
 }
 
-TEST(EnvironmentDefaults, BadVariableIsNamedLikeItsFlag) {
+TEST(EnvironmentDefaults, BadVariableIsNamedWithTheFlagItStandsFor) {
   EXPECT_EQ(error_of({"train"}, {{"PET_NNODES", "two"}}),
-            "--nnodes='two': expected an integer in [1, 65536]");
-  EXPECT_EQ(error_of({"train"}, {{"PET_RDZV_BACKEND", "etcd"}}).rfind("--rdzv_backend='etcd'", 0),
+            "PET_NNODES='two' (for --nnodes): expected an integer in [1, 65536]");
+  EXPECT_EQ(error_of({"train"}, {{"PET_NNODES", "3:1"}}),
+            "PET_NNODES='3:1' (for --nnodes): MIN:MAX with MIN <= MAX");
+  EXPECT_EQ(error_of({"train"}, {{"PET_RDZV_BACKEND", "etcd"}})
+                .rfind("PET_RDZV_BACKEND='etcd' (for --rdzv_backend): ", 0),
             0u);
+  EXPECT_EQ(error_of({"train"}, {{"PET_MAX_RESTARTS", "-1"}})
+                .rfind("PET_MAX_RESTARTS='-1' (for --max_restarts): ", 0),
+            0u);
+  EXPECT_EQ(error_of({"train"}, {{"PADDLE_NNODES", "x"}, {"PADDLE_MASTER", "10.0.0.1:6170"}})
+                .rfind("PADDLE_NNODES='x' (for --nnodes): expected an integer", 0),
+            0u);
+  EXPECT_EQ(error_of({"train"}, {{"PADDLE_MAX_RESTART", "many"}})
+                .rfind("PADDLE_MAX_RESTART='many' (for --max_restarts): expected an integer", 0),
+            0u);
+  // The same value typed on the command line names the flag alone.
+  EXPECT_EQ(error_of({"--nnodes=two", "train"}),
+            "--nnodes='two': expected an integer in [1, 65536]");
+  // A flag given on the command line wins over its variable, and its error names the flag.
+  EXPECT_EQ(error_of({"--nnodes=two", "train"}, {{"PET_NNODES", "two"}}),
+            "--nnodes='two': expected an integer in [1, 65536]");
 }
 
 TEST(EnvironmentDefaults, ElasticPodUsesTheRendezvousEndpoint) {
