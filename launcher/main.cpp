@@ -16,6 +16,7 @@
 #include "launcher/options/options.h"
 #include "launcher/supervise/worker_lookup.h"
 #include "logging/log.h"
+#include "net/conn_limits.h"
 
 namespace {
 
@@ -41,6 +42,12 @@ int run(int argc, char** argv) {
     return 0;
   }
   spdlog::set_level(options.log_level);
+  // Descriptors for the job's own files, pipes and connections, beyond what strangers' connections
+  // to the control store may take (net/server.h); workers inherit the raised limit.
+  if (const std::string why = ddl::net::raise_open_file_limit(ddl::net::kWantedOpenFiles);
+      !why.empty()) {
+    spdlog::warn("{}", why);
+  }
   JobContext context;
   context.caller_env = caller_env;
   context.launcher_dir = launcher_directory();

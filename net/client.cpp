@@ -30,10 +30,8 @@ std::uint8_t op_byte(TransportOp op) { return static_cast<std::uint8_t>(op); }
 // (run_until), so no call can block past its deadline.
 class FramedClient::Impl {
  public:
-  explicit Impl(const ClientOptions& options)
-      : options_(options), where_(options.endpoint.str()) {
-    connect_with_retry();
-    handshake();
+  explicit Impl(const ClientOptions& options) : options_(options), where_(options.endpoint.str()) {
+    open_with_retry();
   }
 
   Frame request(std::uint8_t op, const Bytes& payload, milliseconds wait,
@@ -47,10 +45,12 @@ class FramedClient::Impl {
   template <class Cancel>
   bool run_until(Clock::time_point deadline, const bool& done, Cancel cancel);
   std::optional<std::string> try_connect(Clock::time_point deadline);
-  void connect_with_retry();
+  void open_with_retry();
+  void connect_with_retry(Clock::time_point deadline);
   void handshake();
   std::string read_challenge(Clock::time_point deadline);
   void check_server_proof(const Frame& reply, const HelloBinding& binding);
+  void reset_connection();
   void write_frame(const Bytes& bytes, Clock::time_point deadline, const std::string& what);
   Frame read_frame(Clock::time_point deadline, const std::string& what);
   [[noreturn]] void fail_connection(const std::string& message);
@@ -68,6 +68,7 @@ class FramedClient::Impl {
   std::size_t rx_end_ = 0;
   std::uint32_t next_request_id_ = 1;
   std::optional<std::string> broken_;  // why the connection is unusable
+  bool peer_closed_ = false;           // the server closed or reset the connection
 };
 
 // True when the operation finished by `deadline`; false when the deadline came first (the
@@ -112,8 +113,45 @@ std::optional<std::string> FramedClient::Impl::try_connect(Clock::time_point dea
   return std::nullopt;
 }
 
-void FramedClient::Impl::connect_with_retry() {
+// A server busy with strangers' connections closes new ones before their hello (over its pending
+// caps or its descriptor reserve, net/server.h): such a close is retried like a refused connect,
+// until the same connect deadline. A refusal of the hello itself is final.
+void FramedClient::Impl::open_with_retry() {
   const auto deadline = deadline_after(options_.connect_timeout);
+  milliseconds backoff = kFirstBackoff;
+  for (int attempt = 1;; ++attempt) {
+    connect_with_retry(deadline);
+    try {
+      handshake();
+      return;
+    } catch (const RefusedError&) {
+      throw;
+    } catch (const NetError& e) {
+      if (!peer_closed_ || Clock::now() >= deadline) throw;
+      if (attempt == 1 || attempt % 100 == 0) {
+        spdlog::info(
+            "rank {}: {} at {} closed the connection before the handshake (busy?); "
+            "retrying (attempt {})",
+            options_.rank, options_.server_name, where_, attempt);
+      }
+    }
+    reset_connection();
+    std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - Clock::now()));
+    backoff = std::min(backoff * 2, kMaxConnectBackoff);
+  }
+}
+
+void FramedClient::Impl::reset_connection() {
+  error_code ignored;
+  socket_.close(ignored);
+  socket_ = tcp::socket(io_);
+  decoder_ = FrameDecoder();
+  rx_begin_ = rx_end_ = 0;
+  broken_.reset();
+  peer_closed_ = false;
+}
+
+void FramedClient::Impl::connect_with_retry(Clock::time_point deadline) {
   milliseconds backoff = kFirstBackoff;
   std::optional<Clock::time_point> last_log;
   // Why the last attempt that ended on its own failed ("Connection refused"): one cut short by
@@ -256,8 +294,9 @@ void FramedClient::Impl::write_frame(const Bytes& bytes, Clock::time_point deadl
                     " at " + where_);
   }
   if (ec) {
-    fail_connection(prefix() + "lost the connection to " + options_.server_name + " at " +
-                    where_ + " during " + what + ": " + ec.message());
+    peer_closed_ = ec == asio::error::connection_reset || ec == asio::error::broken_pipe;
+    fail_connection(prefix() + "lost the connection to " + options_.server_name + " at " + where_ +
+                    " during " + what + ": " + ec.message());
   }
 }
 
@@ -287,6 +326,8 @@ Frame FramedClient::Impl::read_frame(Clock::time_point deadline, const std::stri
                       what + " in time (no reply by the deadline)");
     }
     if (ec) {
+      peer_closed_ = ec == asio::error::eof || ec == asio::error::connection_reset ||
+                     ec == asio::error::broken_pipe;
       fail_connection(prefix() + "lost the connection to " + options_.server_name + " at " +
                       where_ + " during " + what + ": " +
                       (ec == asio::error::eof ? std::string("the server closed the connection")
@@ -338,15 +379,13 @@ Frame FramedClient::Impl::request(std::uint8_t op, const Bytes& payload, millise
   return reply;
 }
 
-FramedClient::FramedClient(const ClientOptions& options)
-    : impl_(std::make_unique<Impl>(options)) {}
+FramedClient::FramedClient(const ClientOptions& options) : impl_(std::make_unique<Impl>(options)) {}
 FramedClient::~FramedClient() = default;
 FramedClient::FramedClient(FramedClient&&) noexcept = default;
 FramedClient& FramedClient::operator=(FramedClient&&) noexcept = default;
 
 Frame FramedClient::request(std::uint8_t op, const Bytes& payload, milliseconds wait,
-                            const std::vector<std::uint8_t>& expected,
-                            const std::string& what) {
+                            const std::vector<std::uint8_t>& expected, const std::string& what) {
   return impl_->request(op, payload, wait, expected, what);
 }
 std::string FramedClient::prefix() const { return impl_->prefix(); }

@@ -6,10 +6,12 @@
 #include <atomic>
 #include <boost/asio.hpp>
 #include <deque>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
 #include "net/auth.h"
+#include "net/conn_limits.h"
 
 namespace ddl::net {
 namespace {
@@ -28,6 +30,9 @@ std::uint8_t op_byte(TransportOp op) { return static_cast<std::uint8_t>(op); }
 
 // The service byte of frames a stranger may read (the challenge, a refusal): they name none.
 constexpr Service kNoService = static_cast<Service>(0);
+// Read buffer sizes before and after the handshake (the decoder keeps a partial hello itself).
+constexpr std::size_t kHandshakeReadBytes = 512;
+constexpr std::size_t kReadyReadBytes = 64 * 1024;
 
 }  // namespace
 
@@ -38,6 +43,8 @@ class FramedServer::Impl {
 
   std::uint16_t port() const { return port_; }
   std::size_t dropped() const { return dropped_.load(); }
+  std::size_t turned_away() const { return turned_away_.load(); }
+  std::size_t pending() const { return pending_count_.load(); }
 
   // --- server thread only ---
   class Session;
@@ -46,10 +53,20 @@ class FramedServer::Impl {
   ServiceHandler& handler() { return *handler_; }
   void count_drop() { dropped_.fetch_add(1); }
   void forget(Session* s) { sessions_.erase(s); }
+  // A connection turned away before it authenticated: counted for the interval's summary line.
+  void reject(Rejection kind, const std::string& address);
+  void pending_done(const std::string& address) {
+    pending_.remove(address);
+    pending_count_.store(pending_.total());
+  }
 
  private:
   void run();
   void accept();
+  void on_accepted(tcp::socket socket);
+  std::optional<Rejection> admission_gate(const tcp::socket& socket, const std::string& address);
+  void pause_accepting(const error_code& ec);
+  void log_rejections();
   void shutdown();
 
   ServerOptions options_;
@@ -61,6 +78,13 @@ class FramedServer::Impl {
   bool stopping_ = false;
   std::uint16_t port_ = 0;
   std::atomic<std::size_t> dropped_{0};
+  std::atomic<std::size_t> turned_away_{0};
+  std::atomic<std::size_t> pending_count_{0};
+  PendingLimits pending_{options_.max_pending_connections, options_.max_pending_per_address};
+  RejectionTally rejections_;
+  asio::steady_timer summary_timer_{io_};
+  bool summary_armed_ = false;
+  std::chrono::steady_clock::time_point interval_start_;
   std::thread thread_;  // last: started once everything above exists
 };
 
@@ -68,10 +92,11 @@ class FramedServer::Impl {
 class FramedServer::Impl::Session : public Connection,
                                     public std::enable_shared_from_this<Session> {
  public:
-  Session(Impl& server, tcp::socket socket, std::string peer)
+  Session(Impl& server, tcp::socket socket, std::string peer, std::string address)
       : server_(server),
         socket_(std::move(socket)),
         peer_(std::move(peer)),
+        address_(std::move(address)),
         handshake_timer_(server.io()) {}
 
   void start() {
@@ -79,8 +104,9 @@ class FramedServer::Impl::Session : public Connection,
     handshake_timer_.expires_after(server_.options().handshake_timeout);
     handshake_timer_.async_wait([self](const error_code& ec) {
       if (!ec && self->state_ == State::kHandshake) {
-        self->drop("no hello within " +
-                   std::to_string(self->server_.options().handshake_timeout.count()) + " ms");
+        self->reject(Rejection::kHandshakeTimeout,
+                     "no hello within " +
+                         std::to_string(self->server_.options().handshake_timeout.count()) + " ms");
       }
     });
     send_challenge();
@@ -90,6 +116,7 @@ class FramedServer::Impl::Session : public Connection,
   void close() {
     if (state_ == State::kClosed) return;
     const bool was_ready = state_ == State::kReady;
+    leave_pending();
     state_ = State::kClosed;
     error_code ignored;
     socket_.shutdown(tcp::socket::shutdown_both, ignored);
@@ -107,6 +134,10 @@ class FramedServer::Impl::Session : public Connection,
 
   void drop(const std::string& reason) override {
     if (state_ == State::kClosed) return;
+    if (state_ == State::kHandshake) {
+      reject(Rejection::kBadFrame, reason);
+      return;
+    }
     server_.count_drop();
     spdlog::info("{}: dropped connection from {}{}: {}", server_.options().name, peer_,
                  rank_ >= 0 ? " (rank " + std::to_string(rank_) + ")" : std::string(), reason);
@@ -120,11 +151,27 @@ class FramedServer::Impl::Session : public Connection,
  private:
   enum class State { kHandshake, kReady, kClosing, kClosed };
 
+  // Turned away before authenticating: counted for the server's summary line, logged one by one
+  // only at debug level (a flood of strangers must not flood the log).
+  void reject(Rejection kind, const std::string& reason) {
+    if (state_ == State::kClosed) return;
+    server_.count_drop();
+    server_.reject(kind, address_);
+    spdlog::debug("{}: dropped connection from {}: {}", server_.options().name, peer_, reason);
+    close();
+  }
+
+  // The connection no longer counts against the pending caps (authenticated or closing).
+  void leave_pending() {
+    if (!pending_) return;
+    pending_ = false;
+    server_.pending_done(address_);
+  }
+
   void read_more() {
     auto self = shared_from_this();
-    socket_.async_read_some(asio::buffer(rx_), [self](const error_code& ec, std::size_t n) {
-      self->on_read(ec, n);
-    });
+    socket_.async_read_some(asio::buffer(rx_),
+                            [self](const error_code& ec, std::size_t n) { self->on_read(ec, n); });
   }
 
   void on_read(const error_code& ec, std::size_t n) {
@@ -132,7 +179,7 @@ class FramedServer::Impl::Session : public Connection,
     if (ec) {
       const std::string what = ec == asio::error::eof ? "closed the connection" : ec.message();
       if (state_ == State::kHandshake) {
-        drop(what + " before completing the handshake");
+        reject(Rejection::kClosedEarly, what + " before completing the handshake");
       } else if (decoder_.mid_frame()) {
         drop(what + " in the middle of a frame");
       } else {
@@ -220,7 +267,9 @@ class FramedServer::Impl::Session : public Connection,
     }
     state_ = State::kReady;
     handshake_timer_.cancel();
+    leave_pending();
     decoder_.set_max_payload_bytes(kMaxPayloadBytes);
+    rx_.resize(kReadyReadBytes);
     spdlog::debug("{}: rank {}/{} joined from {}", opts.name, binding.rank, binding.world_size,
                   peer_);
     const std::string proof =
@@ -257,13 +306,15 @@ class FramedServer::Impl::Session : public Connection,
     }
   }
 
-  // Logs `reason` here and answers with kRefusalReason only; an admit hook's reason is passed on
-  // (it speaks of the credential the client presented: ServerOptions::admit). The frame names no
-  // job id and no service.
+  // Logs `reason` at debug level (counted in the summary) and answers with kRefusalReason only; an
+  // admit hook's reason is passed on (it speaks of the credential the client presented:
+  // ServerOptions::admit). The frame names no job id and no service.
   void refuse(std::uint32_t request_id, const std::string& reason) {
     server_.count_drop();
-    spdlog::info("{}: refused connection from {} (rank {}): {}", server_.options().name, peer_,
-                 rank_, reason);
+    server_.reject(Rejection::kRefusedHello, address_);  // counted in the interval's summary
+    spdlog::debug("{}: refused connection from {} (rank {}): {}", server_.options().name, peer_,
+                  rank_, reason);
+    leave_pending();
     const std::string told = server_.options().admit && admit_refused_ ? reason : kRefusalReason;
     send(Frame{kNoService, op_byte(TransportOp::kRefused), request_id, std::string(),
                PayloadWriter().str(told).take()});
@@ -300,10 +351,13 @@ class FramedServer::Impl::Session : public Connection,
   Impl& server_;
   tcp::socket socket_;
   std::string peer_;
+  std::string address_;  // the peer's address without the port, for the per-address cap
+  bool pending_ = true;  // counted in the server's pending caps
   State state_ = State::kHandshake;
   int rank_ = -1;
   FrameDecoder decoder_{kMaxHelloPayloadBytes};
-  std::vector<char> rx_ = std::vector<char>(64 * 1024);
+  // Small until the hello is accepted: a stranger's connection costs a few KiB, not 64.
+  std::vector<char> rx_ = std::vector<char>(kHandshakeReadBytes);
   std::deque<Bytes> tx_;
   bool writing_ = false;
   asio::steady_timer handshake_timer_;
@@ -325,8 +379,8 @@ FramedServer::Impl::Impl(const ServerOptions& options, const ServiceFactory& mak
     acceptor_.listen(asio::socket_base::max_listen_connections);
     port_ = acceptor_.local_endpoint().port();
   } catch (const boost::system::system_error& e) {
-    throw NetError("rank " + std::to_string(options.rank) + ": could not host the " +
-                   options.name + " on " + where + ": " + e.code().message());
+    throw NetError("rank " + std::to_string(options.rank) + ": could not host the " + options.name +
+                   " on " + where + ": " + e.code().message());
   }
   handler_ = make_service(io_);
   accept();
@@ -357,6 +411,8 @@ void FramedServer::Impl::shutdown() {
   error_code ignored;
   acceptor_.close(ignored);
   accept_retry_.cancel();
+  summary_timer_.cancel();
+  log_rejections();  // what the last, unfinished interval turned away
   handler_->on_stop();
   std::vector<std::shared_ptr<Session>> sessions;
   for (auto& [ptr, s] : sessions_) sessions.push_back(s);
@@ -368,24 +424,79 @@ void FramedServer::Impl::accept() {
     if (stopping_) return;
     if (ec) {
       if (ec == asio::error::operation_aborted) return;
-      // E.g. out of file descriptors: pause instead of spinning.
-      spdlog::warn("{}: accept failed on port {}: {}", options_.name, port_, ec.message());
-      accept_retry_.expires_after(milliseconds(100));
-      accept_retry_.async_wait([this](const error_code& e) {
-        if (!e && !stopping_) accept();
-      });
+      pause_accepting(ec);
       return;
     }
-    error_code ignored;
-    socket.set_option(tcp::no_delay(true), ignored);
-    std::string peer = "unknown peer";
-    const auto remote = socket.remote_endpoint(ignored);
-    if (!ignored) peer = remote.address().to_string() + ":" + std::to_string(remote.port());
-    auto session = std::make_shared<Session>(*this, std::move(socket), std::move(peer));
-    sessions_.emplace(session.get(), session);
-    session->start();
+    on_accepted(std::move(socket));
     accept();
   });
+}
+
+// Accept failed (e.g. EMFILE: out of descriptors): stop accepting for a moment rather than spin;
+// pending connections wait in the kernel's backlog meanwhile.
+void FramedServer::Impl::pause_accepting(const error_code& ec) {
+  spdlog::debug("{}: accept failed on port {}: {}", options_.name, port_, ec.message());
+  reject(Rejection::kAcceptFailed, "(not accepted)");
+  accept_retry_.expires_after(options_.accept_pause);
+  accept_retry_.async_wait([this](const error_code& e) {
+    if (!e && !stopping_) accept();
+  });
+}
+
+// Whether a connection just accepted may start its handshake: the pending caps and the
+// descriptor reserve. Only unauthenticated connections meet this gate.
+std::optional<Rejection> FramedServer::Impl::admission_gate(const tcp::socket& socket,
+                                                            const std::string& address) {
+  if (auto over = pending_.check(address)) return over;
+  const int fd = const_cast<tcp::socket&>(socket).native_handle();
+  if (free_descriptors(fd, options_.descriptor_reserve) < options_.descriptor_reserve) {
+    return Rejection::kLowDescriptors;
+  }
+  return std::nullopt;
+}
+
+void FramedServer::Impl::on_accepted(tcp::socket socket) {
+  error_code ignored;
+  std::string peer = "unknown peer";
+  std::string address = "unknown";
+  const auto remote = socket.remote_endpoint(ignored);
+  if (!ignored) {
+    address = remote.address().to_string();
+    peer = address + ":" + std::to_string(remote.port());
+  }
+  if (auto why = admission_gate(socket, address)) {
+    turned_away_.fetch_add(1);
+    reject(*why, address);
+    socket.close(ignored);
+    return;
+  }
+  socket.set_option(tcp::no_delay(true), ignored);
+  pending_.add(address);
+  pending_count_.store(pending_.total());
+  auto session =
+      std::make_shared<Session>(*this, std::move(socket), std::move(peer), std::move(address));
+  sessions_.emplace(session.get(), session);
+  session->start();
+}
+
+void FramedServer::Impl::reject(Rejection kind, const std::string& address) {
+  rejections_.count(kind, address);
+  if (summary_armed_ || stopping_) return;
+  // Armed by the first rejection of an interval, so an undisturbed server never wakes for it.
+  summary_armed_ = true;
+  interval_start_ = std::chrono::steady_clock::now();
+  summary_timer_.expires_after(options_.rejection_summary_interval);
+  summary_timer_.async_wait([this](const error_code& ec) {
+    summary_armed_ = false;
+    if (!ec) log_rejections();
+  });
+}
+
+void FramedServer::Impl::log_rejections() {
+  if (rejections_.empty()) return;
+  const auto elapsed =
+      std::chrono::ceil<milliseconds>(std::chrono::steady_clock::now() - interval_start_);
+  spdlog::warn("{} on port {}: {}", options_.name, port_, rejections_.summarize_and_clear(elapsed));
 }
 
 FramedServer::FramedServer(const ServerOptions& options, const ServiceFactory& make_service)
@@ -396,5 +507,9 @@ FramedServer& FramedServer::operator=(FramedServer&&) noexcept = default;
 
 std::uint16_t FramedServer::port() const { return impl_ ? impl_->port() : 0; }
 std::size_t FramedServer::dropped_connections() const { return impl_ ? impl_->dropped() : 0; }
+std::size_t FramedServer::turned_away_connections() const {
+  return impl_ ? impl_->turned_away() : 0;
+}
+std::size_t FramedServer::pending_connections() const { return impl_ ? impl_->pending() : 0; }
 
 }  // namespace ddl::net

@@ -61,9 +61,26 @@ struct ServerOptions {
   Service service = Service::kStore;  // hellos for another service are refused
   std::string name = "server";  // for log lines and errors: "store", "parameter server 1"
   int rank = 0;                  // the hosting rank, for errors
+  // Limits on connections that have not authenticated yet (docs/worker-runtime.md, "Connection
+  // limits"): a stranger's connections cost a small, bounded share of the process's descriptors
+  // and memory, and never the job's own.
   // A connection must complete its hello within this time or it is dropped (a port probe that
-  // connects and says nothing must not hold a slot forever).
-  std::chrono::milliseconds handshake_timeout{30'000};
+  // connects and says nothing must not hold a slot for long). A rank's hello takes milliseconds.
+  std::chrono::milliseconds handshake_timeout{5'000};
+  // At most this many connections in their handshake at once, and at most this many from one
+  // address; a connection beyond either is closed as soon as it is accepted (its client retries
+  // until its connect deadline, net/client.h). Authenticated connections are not counted.
+  std::size_t max_pending_connections = 128;
+  std::size_t max_pending_per_address = 64;
+  // While fewer descriptors than this are free (soft RLIMIT_NOFILE less those open), a new
+  // connection is closed as soon as it is accepted, keeping the rest for the job's own files,
+  // pipes and connections. When accept itself fails (EMFILE), the server pauses accepting for
+  // accept_pause and tries again.
+  std::size_t descriptor_reserve = 128;
+  std::chrono::milliseconds accept_pause{100};
+  // Connections turned away before authenticating are logged as one summary line per interval
+  // (counts by kind and addresses), never one line each.
+  std::chrono::milliseconds rejection_summary_interval{10'000};
 };
 
 // Serves one endpoint on a background thread. Move-only; the destructor stops the thread, calls
@@ -84,6 +101,10 @@ class FramedServer {
   std::uint16_t port() const;
   // Connections dropped so far for failing the handshake or breaking the protocol (for tests).
   std::size_t dropped_connections() const;
+  // Connections closed at once on accepting (over a pending cap or the descriptor reserve), and
+  // those still in their handshake now (for tests).
+  std::size_t turned_away_connections() const;
+  std::size_t pending_connections() const;
 
  private:
   class Impl;

@@ -8,10 +8,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <cctype>
 #include <filesystem>
 #include <memory>
 #include <set>
@@ -84,6 +86,18 @@ bool exited_zero(const Process& p) {
 std::string ended(const Process& p) {
   const std::string status = describe_status(p.status);
   return p.recorded_error ? status + " (" + *p.recorded_error + ")" : status;
+}
+
+// Whether a line reads like a failure report ("checkpoint failed: Too many open files",
+// "RuntimeError: ..."), as opposed to progress output.
+bool reports_error(const std::string& line) {
+  std::string lower(line.size(), ' ');
+  std::transform(line.begin(), line.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  for (const char* word : {"error", "fail", "exception", "abort", "fatal"}) {
+    if (lower.find(word) != std::string::npos) return true;
+  }
+  return false;
 }
 
 std::string log_of(const Process& p, const std::string& without) {
@@ -716,7 +730,36 @@ class Supervisor {
     return os.str();
   }
 
+  // The failure that happened first, by time: the process reaped first may only be an echo (a
+  // rank that saw its peer's connection close exits at once, while the peer that failed first is
+  // still tearing down, and may then die of the stop's SIGTERM). A process's failure time is when
+  // it last wrote output; besides the first reaped failure, candidates are processes that exited
+  // non-zero by themselves and processes whose last line reports an error, within kEchoWindow
+  // before the first reaped failure's own last line.
+  const Process* first_cause() const {
+    if (!first_failure_) return nullptr;
+    constexpr auto kEchoWindow = std::chrono::seconds(30);
+    const Process* cause = first_failure_;
+    for (const auto& p : group_.processes()) {
+      if (p.get() == first_failure_ || p->running || !p->started) continue;
+      const bool exited_failing = WIFEXITED(p->status) && WEXITSTATUS(p->status) != 0;
+      const auto& tail = p->output->tail();
+      if (!exited_failing && (tail.empty() || !reports_error(tail.back()))) continue;
+      if (p->last_output + kEchoWindow < first_failure_->last_output) continue;
+      if (p->last_output < cause->last_output) cause = p.get();
+    }
+    return cause;
+  }
+
   JobOutcome report() {
+    if (const Process* cause = first_cause(); cause && cause != first_failure_) {
+      spdlog::info(
+          "{} exited first ({}), but {} failed before it (its last line came {} s earlier): "
+          "naming {} as the cause",
+          first_failure_->name, ended(*first_failure_), cause->name,
+          elapsed_text(first_failure_->last_output - cause->last_output), cause->name);
+      first_failure_ = cause;
+    }
     if (!generation_.first() && !history_.empty()) {
       std::string lines;
       for (const std::string& h : history_) lines += "\n    " + h;

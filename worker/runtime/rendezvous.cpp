@@ -1,6 +1,7 @@
 // ParallelEnv and the store rendezvous.
 #include "worker/runtime/rendezvous.h"
 
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -9,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "env/scheduler.h"
+#include "net/conn_limits.h"
 #include "store/memory_store.h"
 #include "store/tcp_store.h"
 #include "worker/runtime/secret_file.h"
@@ -82,7 +84,8 @@ Rendezvous rendezvous(const ParallelEnv& env, std::optional<std::chrono::millise
   TcpStoreOptions options;
   options.endpoint = c.endpoints.at(0);
   // The launcher hands every generation its own job id ("<id>-g<restart>", Generation::job_id in
-  // launcher/cluster/generation.h), so a worker left over from before a restart is refused by the new store.
+  // launcher/cluster/generation.h), so a worker left over from before a restart is refused by the
+  // new store.
   options.job_id = c.job_id;
   options.secret = c.secret;
   const std::optional<SharedSecret> shared = scheduler_secret(c);
@@ -90,6 +93,12 @@ Rendezvous rendezvous(const ParallelEnv& env, std::optional<std::chrono::millise
   options.rank = c.rank;
   options.world_size = c.world_size;
   options.connect_timeout = deadline;
+  // Ranks started without launch (mpirun, srun) raise their own limit; rank 0 says when it stays
+  // low, since it hosts the store.
+  if (const std::string why = net::raise_open_file_limit(net::kWantedOpenFiles);
+      !why.empty() && c.rank == 0) {
+    spdlog::warn("{}", why);
+  }
   if (c.rank == 0) r.store_server = std::make_shared<TcpStoreServer>(options);
   r.store = std::make_unique<TcpStore>(options);
   barrier(*r.store, "join", c.rank, c.world_size, deadline);

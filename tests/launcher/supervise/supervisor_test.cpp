@@ -365,5 +365,36 @@ TEST(SupervisorServerGrace, ANodeOfServersAloneWaitsForThem) {
   EXPECT_TRUE(contains(log.str(), "all 2 worker(s) exited with code 0")) << log.str();
 }
 
+// Issue 28: rank 0 fails first (its error line) but takes a while to exit; rank 1 sees the
+// connection close and exits at once. The summary names rank 0's failure, not rank 1's echo.
+TEST(SupervisorFailures, TheFirstFailureByTimeIsNamedNotItsEchoOnAnotherRank) {
+  TempDir dir;
+  CapturedLog log;
+  std::vector<Worker> launches;
+  const std::vector<std::string> scripts = {
+      "echo 'rank 0: checkpoint failed: Too many open files' >&2; sleep 1.5; exit 4",
+      "sleep 0.5; echo 'rank 1: Connection closed by peer' >&2; exit 1"};
+  for (int i = 0; i < 2; ++i) {
+    Worker w;
+    w.role = env::Role::kTrainer;
+    w.index = i;
+    w.executable = "/bin/sh";
+    w.args = {"-c", scripts[static_cast<std::size_t>(i)]};
+    w.env["PATH"] = "/usr/bin:/bin";
+    launches.push_back(std::move(w));
+  }
+  SupervisorOptions o = options_with_logs(dir);
+  o.kill_timeout = milliseconds(5000);  // rank 0 ends by itself, well before the SIGKILL
+  const JobOutcome outcome = supervise(launches, o);
+  EXPECT_EQ(outcome.failed_rank, 0);
+  EXPECT_EQ(outcome.failed_process, "rank 0");
+  const std::string text = log.str();
+  EXPECT_TRUE(contains(text, "job failed: rank 0 (pid ")) << text;
+  EXPECT_TRUE(contains(text, "checkpoint failed: Too many open files")) << text;
+  EXPECT_TRUE(
+      contains(text, "rank 1 exited first (exited with code 1), but rank 0 failed before it"))
+      << text;
+}
+
 }  // namespace
 }  // namespace ddl::launcher
