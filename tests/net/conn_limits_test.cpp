@@ -98,12 +98,20 @@ int raw_connect(std::uint16_t port, const char* source = nullptr) {
 }
 
 // True when the server closed `fd` (EOF or reset) within `timeout`.
+// True when the server closes `fd` within `timeout`; what it sends first (its challenge, a
+// refusal) is read and skipped.
 bool closed_by_server(int fd, milliseconds timeout) {
-  pollfd p{fd, POLLIN, 0};
-  if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return false;
-  char byte;
-  const ssize_t n = ::recv(fd, &byte, 1, 0);
-  return n <= 0;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline -
+                                                               std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
+    char buffer[256];
+    const ssize_t n = ::recv(fd, buffer, sizeof buffer, 0);
+    if (n <= 0) return true;
+  }
 }
 
 struct Sockets {
