@@ -201,6 +201,7 @@ class Supervisor {
     phase_ = Phase::kRunning;
     state_ = JobState::kRunning;
     first_failure_ = nullptr;
+    reaped_first_ = nullptr;
     hang_message_.clear();
     grace_timer_.cancel();
     servers_stopped_ = 0;
@@ -254,7 +255,13 @@ class Supervisor {
     GenerationEnd end;
     end.generation = generation_;
     end.state = state_;
-    if (first_failure_) end.failure_exit_code = exit_code_of(first_failure_->status);
+    if (first_failure_) {
+      // A cause the stop killed (named by first_cause()) keeps the exit code of the failure that
+      // was reaped first, not the stop's own signal.
+      const Process* coded =
+          WIFEXITED(first_failure_->status) || !reaped_first_ ? first_failure_ : reaped_first_;
+      end.failure_exit_code = exit_code_of(coded->status);
+    }
     if (!hang_message_.empty()) end.failure_exit_code = kExitDeadline;
     if (!first_failure_ && hang_message_.empty() && peer_failure_) {
       end.failure_exit_code = peer_failure_->first;
@@ -429,9 +436,10 @@ class Supervisor {
     } else {
       // Paddle's words (1.8's launch_ps; the fleet launcher's when there are heter workers), on
       // stderr where Paddle's tests look for them.
-      spdlog::info("{}", heter_stopped_ > 0
-                             ? "all workers exit, going to finish parameter server and heter_worker."
-                             : "all workers exit, going to finish parameter server");
+      spdlog::info("{}",
+                   heter_stopped_ > 0
+                       ? "all workers exit, going to finish parameter server and heter_worker."
+                       : "all workers exit, going to finish parameter server");
     }
     paddle_stop_ = !trainers;
     group_.stop(SIGTERM);
@@ -457,8 +465,7 @@ class Supervisor {
     first_failure_ = &p;
     enter(JobState::kWorkerFailed);
     // A rank that gave up at a deadline waited for a peer: the stuck one is still running.
-    if (WIFEXITED(p.status) && WEXITSTATUS(p.status) == kExitDeadline &&
-        group_.running() > 0) {
+    if (WIFEXITED(p.status) && WEXITSTATUS(p.status) == kExitDeadline && group_.running() > 0) {
       dump_stacks(p.name + " exited with code " + std::to_string(kExitDeadline) +
                   " (a rendezvous or collective deadline passed)");
     }
@@ -735,9 +742,14 @@ class Supervisor {
   // still tearing down, and may then die of the stop's SIGTERM). A process's failure time is when
   // it last wrote output; besides the first reaped failure, candidates are processes that exited
   // non-zero by themselves and processes whose last line reports an error, within kEchoWindow
-  // before the first reaped failure's own last line.
+  // before the first reaped failure's own last line. When the first reaped failure is a deadline
+  // exit (124: a rank gave up on a stuck peer), it stands: the stack dump names the stuck rank,
+  // which the stop then kills.
   const Process* first_cause() const {
     if (!first_failure_) return nullptr;
+    if (WIFEXITED(first_failure_->status) && WEXITSTATUS(first_failure_->status) == kExitDeadline) {
+      return first_failure_;
+    }
     constexpr auto kEchoWindow = std::chrono::seconds(30);
     const Process* cause = first_failure_;
     for (const auto& p : group_.processes()) {
@@ -758,6 +770,7 @@ class Supervisor {
           "naming {} as the cause",
           first_failure_->name, ended(*first_failure_), cause->name,
           elapsed_text(first_failure_->last_output - cause->last_output), cause->name);
+      reaped_first_ = first_failure_;
       first_failure_ = cause;
     }
     if (!generation_.first() && !history_.empty()) {
@@ -849,7 +862,10 @@ class Supervisor {
   JobState state_ = JobState::kRunning;  // of the current generation
   // What the state's causes were, for the messages and the policy.
   const Process* first_failure_ = nullptr;  // of the current generation
-  std::string hang_message_;                // set when the hang guard failed the generation
+  // The failure reaped first, when first_cause() named an earlier one instead (its exit code
+  // stands for a cause the stop killed).
+  const Process* reaped_first_ = nullptr;
+  std::string hang_message_;  // set when the hang guard failed the generation
   std::optional<int> interrupt_;
   std::string spawn_error_;
   std::optional<std::pair<int, std::string>> external_;  // exit code and reason of a stop request
