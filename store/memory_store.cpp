@@ -87,6 +87,48 @@ bool MemoryStore::delete_key(const std::string& key) {
   return data_.erase(key) > 0;
 }
 
+namespace {
+
+// A second handle on a MemoryStore: every call goes to the same (thread-safe) store.
+class MemoryStoreView : public Store {
+ public:
+  explicit MemoryStoreView(Store& store) : store_(store) {}
+  void set(const std::string& key, const Bytes& value) override { store_.set(key, value); }
+  Bytes get(const std::string& key, std::chrono::milliseconds timeout) override {
+    return store_.get(key, timeout);
+  }
+  std::int64_t add(const std::string& key, std::int64_t delta) override {
+    return store_.add(key, delta);
+  }
+  bool check(const std::vector<std::string>& keys) override { return store_.check(keys); }
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
+    store_.wait(keys, timeout);
+  }
+  bool wait_for(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
+    return store_.wait_for(keys, timeout);
+  }
+  std::optional<Bytes> compare_set(const std::string& key, const std::optional<Bytes>& expected,
+                                   const Bytes& desired) override {
+    return store_.compare_set(key, expected, desired);
+  }
+  bool delete_key(const std::string& key) override { return store_.delete_key(key); }
+  void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override {
+    store_.multi_set(keys, values);
+  }
+  std::vector<Bytes> multi_get(const std::vector<std::string>& keys,
+                               std::chrono::milliseconds timeout) override {
+    return store_.multi_get(keys, timeout);
+  }
+  std::unique_ptr<Store> clone() override { return std::make_unique<MemoryStoreView>(store_); }
+
+ private:
+  Store& store_;
+};
+
+}  // namespace
+
+std::unique_ptr<Store> MemoryStore::clone() { return std::make_unique<MemoryStoreView>(*this); }
+
 std::vector<std::string> MemoryStore::missing_locked(const std::vector<std::string>& keys) const {
   std::vector<std::string> missing;
   for (const auto& key : keys) {

@@ -28,6 +28,8 @@ class MemoryStore : public Store {
   std::optional<Bytes> compare_set(const std::string& key, const std::optional<Bytes>& expected,
                                    const Bytes& desired) override;
   bool delete_key(const std::string& key) override;
+  // A view of this store's data (this store must outlive it).
+  std::unique_ptr<Store> clone() override;
 
  private:
   // Keys of `keys` not set yet. Caller holds mutex_.

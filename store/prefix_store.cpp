@@ -6,6 +6,11 @@ PrefixStore::PrefixStore(Store& base, std::string prefix) : base_(base), prefix_
   if (prefix_.empty()) throw StoreError("PrefixStore: the prefix must not be empty");
 }
 
+PrefixStore::PrefixStore(std::unique_ptr<Store> base, std::string prefix)
+    : owned_(std::move(base)), base_(*owned_), prefix_(std::move(prefix)) {
+  if (prefix_.empty()) throw StoreError("PrefixStore: the prefix must not be empty");
+}
+
 std::vector<std::string> PrefixStore::full_keys(const std::vector<std::string>& keys) const {
   std::vector<std::string> out;
   out.reserve(keys.size());
@@ -41,5 +46,18 @@ std::optional<Bytes> PrefixStore::compare_set(const std::string& key,
 }
 
 bool PrefixStore::delete_key(const std::string& key) { return base_.delete_key(full_key(key)); }
+
+void PrefixStore::multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) {
+  base_.multi_set(full_keys(keys), values);
+}
+
+std::vector<Bytes> PrefixStore::multi_get(const std::vector<std::string>& keys,
+                                          std::chrono::milliseconds timeout) {
+  return base_.multi_get(full_keys(keys), timeout);
+}
+
+std::unique_ptr<Store> PrefixStore::clone() {
+  return std::make_unique<PrefixStore>(base_.clone(), prefix_);
+}
 
 }  // namespace ddl

@@ -14,6 +14,8 @@ class PrefixStore : public Store {
  public:
   // `prefix` must not be empty (throws StoreError); views nest ("a" over "b" gives "b/a/key").
   PrefixStore(Store& base, std::string prefix);
+  // The same view over a store it owns.
+  PrefixStore(std::unique_ptr<Store> base, std::string prefix);
 
   void set(const std::string& key, const Bytes& value) override;
   Bytes get(const std::string& key, std::chrono::milliseconds timeout) override;
@@ -24,6 +26,11 @@ class PrefixStore : public Store {
   std::optional<Bytes> compare_set(const std::string& key, const std::optional<Bytes>& expected,
                                    const Bytes& desired) override;
   bool delete_key(const std::string& key) override;
+  void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
+  std::vector<Bytes> multi_get(const std::vector<std::string>& keys,
+                               std::chrono::milliseconds timeout) override;
+  // The same prefix over a clone of the base store.
+  std::unique_ptr<Store> clone() override;
 
   // The key `key` has in the base store.
   std::string full_key(const std::string& key) const { return prefix_ + "/" + key; }
@@ -32,6 +39,7 @@ class PrefixStore : public Store {
  private:
   std::vector<std::string> full_keys(const std::vector<std::string>& keys) const;
 
+  std::unique_ptr<Store> owned_;  // set when this view owns its base
   Store& base_;
   std::string prefix_;
 };

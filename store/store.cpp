@@ -63,6 +63,27 @@ std::string join_ranks(const std::vector<int>& ranks) {
 
 }  // namespace
 
+void Store::multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) {
+  if (keys.size() != values.size()) {
+    throw StoreError("multi_set: " + std::to_string(keys.size()) + " key(s) but " +
+                     std::to_string(values.size()) + " value(s)");
+  }
+  for (std::size_t i = 0; i < keys.size(); ++i) set(keys[i], values[i]);
+}
+
+std::vector<Bytes> Store::multi_get(const std::vector<std::string>& keys,
+                                    std::chrono::milliseconds timeout) {
+  wait(keys, timeout);
+  std::vector<Bytes> values;
+  values.reserve(keys.size());
+  for (const auto& k : keys) values.push_back(get(k, std::chrono::milliseconds(0)));
+  return values;
+}
+
+std::unique_ptr<Store> Store::clone() {
+  throw StoreError("this store cannot open a second handle on its data");
+}
+
 void barrier(Store& store, const std::string& name, int rank, int world_size,
              std::chrono::milliseconds timeout) {
   if (world_size < 1 || rank < 0 || rank >= world_size) {

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -83,6 +84,23 @@ class Store {
 
   // Removes `key`; returns whether it was set. Waiters on it keep waiting for a new value.
   virtual bool delete_key(const std::string& key) = 0;
+
+  // Batched operations: what a loop of set() / get() does, in one request where the store can
+  // (TcpStore: one frame each way), so a rank reading its peers' addresses costs one round trip,
+  // not one per peer. The defaults loop over the single-key calls.
+  //
+  // Sets keys[i] to values[i] (both the same length, else StoreError) and wakes their waiters.
+  virtual void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values);
+  // The values of `keys`, in order, waiting up to `timeout` (one deadline for all) until every
+  // one is set. Throws StoreTimeout naming the keys still missing.
+  virtual std::vector<Bytes> multi_get(const std::vector<std::string>& keys,
+                                       std::chrono::milliseconds timeout);
+
+  // An independent handle on the same store that may block in a wait while this one keeps
+  // working (TcpStore: a second connection with the same options; MemoryStore: a view of the
+  // same data). The store this one was cloned from must outlive it where it does not own its
+  // data (MemoryStore, PrefixStore). Throws StoreError where the store cannot make one.
+  virtual std::unique_ptr<Store> clone();
 };
 
 // Blocks until all `world_size` ranks have called barrier() with the same `name`, or throws

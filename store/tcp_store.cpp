@@ -55,7 +55,8 @@ auto as_store_error(Fn fn) -> decltype(fn()) {
 class TcpStore::Impl {
  public:
   explicit Impl(const TcpStoreOptions& options)
-      : client(as_store_error([&] { return net::FramedClient(client_options(options)); })) {}
+      : options(options),
+        client(as_store_error([&] { return net::FramedClient(client_options(options)); })) {}
 
   Frame request(Op op, const Bytes& payload, milliseconds wait, std::initializer_list<Op> expected,
                 const std::string& what) {
@@ -91,6 +92,7 @@ class TcpStore::Impl {
 
   std::string where() const { return client.options().endpoint.str(); }
 
+  TcpStoreOptions options;  // for clone()
   net::FramedClient client;
 };
 
@@ -176,5 +178,7 @@ bool TcpStore::delete_key(const std::string& key) {
       impl_->request(Op::kDelete, PayloadWriter().str(key).take(), milliseconds(0), {Op::kBool}, what);
   return impl_->parse(reply, what, [](PayloadReader& r) { return r.u8() != 0; });
 }
+
+std::unique_ptr<Store> TcpStore::clone() { return std::make_unique<TcpStore>(impl_->options); }
 
 }  // namespace ddl

@@ -83,6 +83,8 @@ class TcpStore : public Store {
   std::optional<Bytes> compare_set(const std::string& key, const std::optional<Bytes>& expected,
                                    const Bytes& desired) override;
   bool delete_key(const std::string& key) override;
+  // A second connection with this one's options (its own handshake).
+  std::unique_ptr<Store> clone() override;
 
  private:
   class Impl;
