@@ -98,6 +98,12 @@ def run_once(side, world, procs, build_dir, timeout_s):
             server.wait()
 
 
+def write_json(path, records):
+    if path:
+        with open(path, "w") as f:
+            json.dump(records, f, indent=1)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ranks", default="4096,8192", help="comma-separated world sizes")
@@ -124,6 +130,7 @@ def main():
                     s = run_once(side, n, args.procs, args.build_dir, args.timeout_s)
                 except RunFailed as e:
                     print(f"store_load.py: {e}", file=sys.stderr)
+                    write_json(args.json, records)  # what was measured before the failure
                     return 1
                 seconds[side].append(s)
                 records.append({"series": SERIES[side], "x": n, "seconds": s, "rep": rep})
@@ -133,9 +140,7 @@ def main():
         if "ours" in med and "torch" in med:
             line += f"; torch / ours = {med['torch'] / med['ours']:.1f}x"
         print(line, flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(records, f, indent=1)
+    write_json(args.json, records)
     return 0
 
 
