@@ -122,10 +122,16 @@ std::string raise_open_file_limit(std::size_t wanted) {
     if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) lim = raised;
   }
   if (lim.rlim_cur == RLIM_INFINITY || lim.rlim_cur >= wanted) return "";
+  // What a server of this process can still hold: the limit less what is open and the reserve
+  // every server keeps (ServerOptions::descriptor_reserve's default).
+  constexpr std::size_t kReserve = 128;
+  const std::size_t used = open_descriptor_count() + kReserve;
+  const std::size_t holdable = lim.rlim_cur > used ? lim.rlim_cur - used : 0;
   return "the open-file limit is " + std::to_string(lim.rlim_cur) + " (hard limit " +
          (lim.rlim_max == RLIM_INFINITY ? std::string("unlimited") : std::to_string(lim.rlim_max)) +
-         "), below the " + std::to_string(wanted) +
-         " wanted; stores refuse unauthenticated connections sooner (raise it with ulimit -n)";
+         "), below the " + std::to_string(wanted) + " wanted: a store hosted here holds at most " +
+         "about " + with_thousands(holdable) +
+         " client connections and refuses unauthenticated ones sooner (raise it with ulimit -n)";
 }
 
 }  // namespace ddl::net

@@ -87,11 +87,16 @@ class RejectionTally {
 std::string with_thousands(std::size_t n);
 
 // Raises the soft RLIMIT_NOFILE to the hard limit. Returns "" when the soft limit is now at least
-// `wanted`, else one line saying what it is and why it could not be raised further (for the
-// caller to log once).
+// `wanted`, else one line saying what it is, that it could not be raised further, and about how
+// many client connections a server of this process can still hold (for the caller to log once).
 std::string raise_open_file_limit(std::size_t wanted);
 // What launch and the ranks ask for: room for the job's own descriptors beside every server's
 // pending cap and reserve.
 inline constexpr std::size_t kWantedOpenFiles = 4096;
+// What the rank hosting the store of `world_size` ranks asks for: kWantedOpenFiles beside one
+// descriptor per rank's store connection and one per rank's peer connection.
+inline std::size_t wanted_open_files(std::size_t world_size) {
+  return kWantedOpenFiles + 2 * world_size;
+}
 
 }  // namespace ddl::net

@@ -48,8 +48,7 @@ void MemoryStore::wait(const std::vector<std::string>& keys, std::chrono::millis
   if (!changed_.wait_until(lock, deadline, [&] { return missing_locked(keys).empty(); })) {
     const auto missing = missing_locked(keys);
     throw StoreTimeout("wait for " + std::to_string(keys.size()) + " key(s) timed out after " +
-                       std::to_string(timeout.count()) + " ms; missing: " +
-                       describe_keys(missing));
+                       std::to_string(timeout.count()) + " ms; missing: " + describe_keys(missing));
   }
 }
 
@@ -68,8 +67,8 @@ std::optional<Bytes> MemoryStore::compare_set(const std::string& key,
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = data_.find(key);
-    const bool matches = it == data_.end() ? !expected.has_value()
-                                           : expected.has_value() && it->second == *expected;
+    const bool matches =
+        it == data_.end() ? !expected.has_value() : expected.has_value() && it->second == *expected;
     if (matches) {
       data_[key] = desired;
       swapped = true;
@@ -85,6 +84,32 @@ std::optional<Bytes> MemoryStore::compare_set(const std::string& key,
 bool MemoryStore::delete_key(const std::string& key) {
   std::lock_guard<std::mutex> lock(mutex_);
   return data_.erase(key) > 0;
+}
+
+void MemoryStore::multi_set(const std::vector<std::string>& keys,
+                            const std::vector<Bytes>& values) {
+  if (keys.size() != values.size()) Store::multi_set(keys, values);  // throws, naming both counts
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (std::size_t i = 0; i < keys.size(); ++i) data_[keys[i]] = values[i];
+  }
+  changed_.notify_all();
+}
+
+std::vector<Bytes> MemoryStore::multi_get(const std::vector<std::string>& keys,
+                                          std::chrono::milliseconds timeout) {
+  const auto deadline = deadline_after(timeout);
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!changed_.wait_until(lock, deadline, [&] { return missing_locked(keys).empty(); })) {
+    const auto missing = missing_locked(keys);
+    throw StoreTimeout("multi-get of " + std::to_string(keys.size()) + " key(s) timed out after " +
+                       std::to_string(timeout.count()) + " ms; " + std::to_string(missing.size()) +
+                       " missing: " + describe_keys(missing));
+  }
+  std::vector<Bytes> values;
+  values.reserve(keys.size());
+  for (const auto& key : keys) values.push_back(data_.at(key));
+  return values;
 }
 
 namespace {

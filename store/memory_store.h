@@ -28,6 +28,10 @@ class MemoryStore : public Store {
   std::optional<Bytes> compare_set(const std::string& key, const std::optional<Bytes>& expected,
                                    const Bytes& desired) override;
   bool delete_key(const std::string& key) override;
+  // Under one lock each: a multi-set is seen whole, a multi-get reads one moment's values.
+  void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
+  std::vector<Bytes> multi_get(const std::vector<std::string>& keys,
+                               std::chrono::milliseconds timeout) override;
   // A view of this store's data (this store must outlive it).
   std::unique_ptr<Store> clone() override;
 

@@ -8,7 +8,10 @@
 //   wait         u32 n, n x str key, u64 timeout ms    -> ok | timeout
 //   compare-set  str key, u8 has expected, [str expected], str desired -> value | absent
 //   delete       str key                               -> bool
+//   multi-set    u32 n, n x (str key, str value)       -> ok
+//   multi-get    u32 n, n x str key, u64 timeout ms    -> values | timeout
 // Reply payloads: ok, absent (empty); value (str); integer (i64); bool (u8 0|1);
+// values (u32 n, n x str value, in the order of the request's keys);
 // timeout (u32 n, n x str missing key).
 #pragma once
 
@@ -28,6 +31,8 @@ enum class Op : std::uint8_t {
   kWait,
   kCompareSet,
   kDelete,
+  kMultiSet,
+  kMultiGet,
   // Replies.
   kOk = 64,
   kValue,
@@ -35,6 +40,7 @@ enum class Op : std::uint8_t {
   kBool,
   kTimeout,
   kAbsent,
+  kValues,
 };
 
 inline std::uint8_t byte(Op op) { return static_cast<std::uint8_t>(op); }
@@ -61,12 +67,15 @@ inline std::string op_name(std::uint8_t op) {
     case Op::kWait: return "wait";
     case Op::kCompareSet: return "compare-set";
     case Op::kDelete: return "delete";
+    case Op::kMultiSet: return "multi-set";
+    case Op::kMultiGet: return "multi-get";
     case Op::kOk: return "ok";
     case Op::kValue: return "value";
     case Op::kInteger: return "integer";
     case Op::kBool: return "bool";
     case Op::kTimeout: return "timeout";
     case Op::kAbsent: return "absent";
+    case Op::kValues: return "values";
   }
   return net::transport_op_name(op);
 }

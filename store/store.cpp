@@ -29,8 +29,7 @@ std::int64_t add_to_counter(const std::string& key, const Bytes* current, std::i
     if (current->empty() || ec != std::errc() || ptr != end) {
       std::string shown(begin, std::min<std::size_t>(current->size(), 32));
       throw StoreError("add on key '" + key + "': the stored value '" + shown +
-                       (current->size() > 32 ? "...'" : "'") +
-                       " is not a decimal 64-bit integer");
+                       (current->size() > 32 ? "...'" : "'") + " is not a decimal 64-bit integer");
     }
   }
   std::int64_t sum = 0;
@@ -59,6 +58,19 @@ std::string join_ranks(const std::vector<int>& ranks) {
   }
   if (ranks.size() > kShown) os << ",... (" << ranks.size() - kShown << " more)";
   return os.str();
+}
+
+// How long a timed-out barrier waits to read who arrived (each arrival is recorded right after
+// it is counted, so this is short unless a rank died in between).
+constexpr std::chrono::milliseconds kArrivalReadTimeout{2'000};
+
+Bytes counter_bytes_of(int rank) { return store_detail::counter_bytes(rank); }
+
+// The rank an arrival record holds; -1 when it is not one.
+int parse_rank(const Bytes& v) {
+  int r = -1;
+  auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), r);
+  return ec == std::errc() && ptr == v.data() + v.size() ? r : -1;
 }
 
 }  // namespace
@@ -90,23 +102,44 @@ void barrier(Store& store, const std::string& name, int rank, int world_size,
     throw StoreError("barrier '" + name + "': rank " + std::to_string(rank) +
                      " is outside a world of " + std::to_string(world_size));
   }
-  // Arrival keys ("ddl/barrier/NAME/RANK"), not a shared counter: on a timeout they tell exactly
-  // which ranks came.
-  PrefixStore arrivals(store, "ddl/barrier/" + name);
-  arrivals.set(std::to_string(rank), Bytes{'1'});
-  std::vector<std::string> keys;
-  keys.reserve(static_cast<std::size_t>(world_size));
-  for (int r = 0; r < world_size; ++r) keys.push_back(std::to_string(r));
-  if (arrivals.wait_for(keys, timeout)) return;
-  std::vector<int> arrived;
-  std::vector<int> missing;
-  for (int r = 0; r < world_size; ++r) {
-    (arrivals.check({keys[static_cast<std::size_t>(r)]}) ? arrived : missing).push_back(r);
+  // Three requests per rank whatever the world size: count the arrival (add), record who came
+  // k-th ("arrived/k" = rank; the last also sets "done") in one multi-set, wait for "done". The
+  // server's work per rank is constant too: every waiter is parked on the one key "done".
+  PrefixStore keys(store, "ddl/barrier/" + name);
+  const std::int64_t order = keys.add("count", 1);
+  std::vector<std::string> set_keys{"arrived/" + std::to_string(order)};
+  std::vector<Bytes> set_values{counter_bytes_of(rank)};
+  if (order == world_size) {
+    set_keys.push_back("done");
+    set_values.push_back(Bytes{'1'});
   }
+  keys.multi_set(set_keys, set_values);
+  if (order == world_size || keys.wait_for({"done"}, timeout)) return;
+
+  // Timed out: who came is read once, on this path only (one add and one multi-get).
+  const std::int64_t counted = std::min<std::int64_t>(keys.add("count", 0), world_size);
+  std::vector<std::string> slots;
+  for (std::int64_t k = 1; k <= counted; ++k) slots.push_back("arrived/" + std::to_string(k));
   std::ostringstream os;
-  os << "barrier '" << name << "' timed out after " << timeout.count() << " ms: "
-     << arrived.size() << "/" << world_size << " ranks arrived (" << join_ranks(arrived)
-     << "); missing: " << join_ranks(missing);
+  os << "barrier '" << name << "' timed out after " << timeout.count() << " ms: " << counted << "/"
+     << world_size << " ranks arrived";
+  try {
+    std::vector<bool> came(static_cast<std::size_t>(world_size), false);
+    for (const Bytes& v : keys.multi_get(slots, kArrivalReadTimeout)) {
+      const int r = parse_rank(v);
+      if (r >= 0 && r < world_size) came[static_cast<std::size_t>(r)] = true;
+    }
+    std::vector<int> arrived;
+    std::vector<int> missing;
+    for (int r = 0; r < world_size; ++r) {
+      (came[static_cast<std::size_t>(r)] ? arrived : missing).push_back(r);
+    }
+    os << " (" << join_ranks(arrived) << "); missing: " << join_ranks(missing);
+  } catch (const StoreTimeout&) {
+    // A rank counted itself and stopped before recording its rank (it died in between).
+    os << "; which ones could not be read (a rank stopped between counting and recording "
+          "its arrival)";
+  }
   throw StoreTimeout(os.str());
 }
 

@@ -8,10 +8,10 @@
 namespace ddl {
 namespace {
 
-using std::chrono::milliseconds;
 using net::Frame;
 using net::PayloadReader;
 using net::PayloadWriter;
+using std::chrono::milliseconds;
 using store_detail::describe_keys;
 using store_protocol::byte;
 using store_protocol::Op;
@@ -102,15 +102,15 @@ TcpStore::TcpStore(TcpStore&&) noexcept = default;
 TcpStore& TcpStore::operator=(TcpStore&&) noexcept = default;
 
 void TcpStore::set(const std::string& key, const Bytes& value) {
-  impl_->request(Op::kSet, PayloadWriter().str(key).str(value).take(), milliseconds(0),
-                 {Op::kOk}, "set '" + key + "'");
+  impl_->request(Op::kSet, PayloadWriter().str(key).str(value).take(), milliseconds(0), {Op::kOk},
+                 "set '" + key + "'");
 }
 
 Bytes TcpStore::get(const std::string& key, milliseconds timeout) {
   const std::string what = "get '" + key + "'";
-  Frame reply = impl_->request(Op::kGet,
-                               PayloadWriter().str(key).u64(timeout_ms_on_wire(timeout)).take(),
-                               timeout, {Op::kValue, Op::kTimeout}, what);
+  Frame reply =
+      impl_->request(Op::kGet, PayloadWriter().str(key).u64(timeout_ms_on_wire(timeout)).take(),
+                     timeout, {Op::kValue, Op::kTimeout}, what);
   if (reply.op == byte(Op::kTimeout)) {
     throw StoreTimeout(impl_->client.prefix() + what + " from the store at " + impl_->where() +
                        " timed out after " + std::to_string(timeout.count()) +
@@ -163,8 +163,8 @@ std::optional<Bytes> TcpStore::compare_set(const std::string& key,
   w.str(key).u8(expected ? 1 : 0);
   if (expected) w.str(*expected);
   w.str(desired);
-  Frame reply = impl_->request(Op::kCompareSet, w.take(), milliseconds(0),
-                               {Op::kValue, Op::kAbsent}, what);
+  Frame reply =
+      impl_->request(Op::kCompareSet, w.take(), milliseconds(0), {Op::kValue, Op::kAbsent}, what);
   if (reply.op == byte(Op::kAbsent)) {
     impl_->parse(reply, what, [](PayloadReader&) { return 0; });
     return std::nullopt;
@@ -174,9 +174,44 @@ std::optional<Bytes> TcpStore::compare_set(const std::string& key,
 
 bool TcpStore::delete_key(const std::string& key) {
   const std::string what = "delete '" + key + "'";
-  Frame reply =
-      impl_->request(Op::kDelete, PayloadWriter().str(key).take(), milliseconds(0), {Op::kBool}, what);
+  Frame reply = impl_->request(Op::kDelete, PayloadWriter().str(key).take(), milliseconds(0),
+                               {Op::kBool}, what);
   return impl_->parse(reply, what, [](PayloadReader& r) { return r.u8() != 0; });
+}
+
+void TcpStore::multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) {
+  if (keys.size() != values.size()) Store::multi_set(keys, values);  // throws, naming both counts
+  PayloadWriter w;
+  w.u32(static_cast<std::uint32_t>(keys.size()));
+  for (std::size_t i = 0; i < keys.size(); ++i) w.str(keys[i]).str(values[i]);
+  impl_->request(Op::kMultiSet, w.take(), milliseconds(0), {Op::kOk},
+                 "multi-set of " + std::to_string(keys.size()) + " key(s)");
+}
+
+std::vector<Bytes> TcpStore::multi_get(const std::vector<std::string>& keys, milliseconds timeout) {
+  const std::string what = "multi-get of " + std::to_string(keys.size()) + " key(s)";
+  PayloadWriter w;
+  write_keys(w, keys);
+  w.u64(timeout_ms_on_wire(timeout));
+  Frame reply = impl_->request(Op::kMultiGet, w.take(), timeout, {Op::kValues, Op::kTimeout}, what);
+  if (reply.op == byte(Op::kTimeout)) {
+    const auto missing = impl_->parse(reply, what, [](PayloadReader& r) { return read_keys(r); });
+    throw StoreTimeout(impl_->client.prefix() + what + " at the store at " + impl_->where() +
+                       " timed out after " + std::to_string(timeout.count()) + " ms; " +
+                       std::to_string(missing.size()) + " missing: " + describe_keys(missing));
+  }
+  auto values = impl_->parse(reply, what, [&reply](PayloadReader& r) {
+    const std::uint32_t n = r.u32();
+    std::vector<Bytes> out;
+    out.reserve(std::min<std::size_t>(n, reply.payload.size() / 4));
+    for (std::uint32_t i = 0; i < n; ++i) out.push_back(r.bytes());
+    return out;
+  });
+  if (values.size() != keys.size()) {
+    throw StoreError(impl_->client.context() + ": " + what + " answered " +
+                     std::to_string(values.size()) + " value(s)");
+  }
+  return values;
 }
 
 std::unique_ptr<Store> TcpStore::clone() { return std::make_unique<TcpStore>(impl_->options); }

@@ -83,6 +83,10 @@ class TcpStore : public Store {
   std::optional<Bytes> compare_set(const std::string& key, const std::optional<Bytes>& expected,
                                    const Bytes& desired) override;
   bool delete_key(const std::string& key) override;
+  // One request each (store/protocol.h): multi-set and multi-get.
+  void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
+  std::vector<Bytes> multi_get(const std::vector<std::string>& keys,
+                               std::chrono::milliseconds timeout) override;
   // A second connection with this one's options (its own handshake).
   std::unique_ptr<Store> clone() override;
 

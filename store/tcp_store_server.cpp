@@ -17,25 +17,28 @@ namespace {
 
 namespace asio = boost::asio;
 using boost::system::error_code;
-using std::chrono::milliseconds;
 using net::Connection;
 using net::Frame;
 using net::PayloadReader;
 using net::PayloadWriter;
+using std::chrono::milliseconds;
 using store_protocol::byte;
 using store_protocol::Op;
 using store_protocol::read_keys;
 using store_protocol::write_keys;
 
-// A get or wait that could not be answered at once: answered when its keys are all set or when
-// its timer fires, whichever comes first.
+// A get, wait or multi-get that could not be answered at once: answered when its keys are all set
+// or when its timer fires, whichever comes first. It is parked on one missing key at a time,
+// keys[next]; the keys before `next` were seen set, so over its life a waiter looks at each of its
+// keys about once (a wait on N keys costs O(N), not O(N) per wake-up). A key deleted after it was
+// seen is caught by the final check before the reply, which parks the waiter on it again.
 struct Waiter {
   explicit Waiter(asio::io_context& io) : timer(io) {}
   std::weak_ptr<Connection> connection;
   std::uint32_t request_id = 0;
-  Op op = Op::kWait;  // kGet or kWait
+  Op op = Op::kWait;  // kGet, kWait or kMultiGet
   std::vector<std::string> keys;
-  std::string registered_key;  // the missing key whose waiter list holds this waiter
+  std::size_t next = 0;  // keys[0..next) were set when last looked at
   asio::steady_timer timer;
   bool done = false;
 };
@@ -53,6 +56,10 @@ class StoreService : public net::ServiceHandler {
   const Bytes* find(const std::string& key) const;
   std::vector<std::string> missing(const std::vector<std::string>& keys) const;
   void start_wait(const std::shared_ptr<Waiter>& w, milliseconds timeout);
+  // Moves w->next past the keys now set; true when every key is set (then w->next == size).
+  bool advance(Waiter& w) const;
+  // Answers `w` when all its keys are set, else parks it on its next missing key.
+  bool finish_or_park(const std::shared_ptr<Waiter>& w);
   void cancel_wait(const std::shared_ptr<Waiter>& w);
   void finish_wait(const std::shared_ptr<Waiter>& w, bool timed_out);
   void unregister(const std::shared_ptr<Waiter>& w);
@@ -83,8 +90,22 @@ void StoreService::on_request(const std::shared_ptr<Connection>& c, Frame&& f) {
       c->reply(id, byte(Op::kOk), {});
       return;
     }
+    case Op::kMultiSet: {
+      const std::uint32_t n = r.u32();
+      std::vector<std::pair<std::string, Bytes>> entries;
+      entries.reserve(std::min<std::size_t>(n, f.payload.size() / 8));
+      for (std::uint32_t i = 0; i < n; ++i) {
+        std::string key = r.str();
+        entries.emplace_back(std::move(key), r.bytes());
+      }
+      r.finish();
+      for (auto& [key, value] : entries) set(key, std::move(value));
+      c->reply(id, byte(Op::kOk), {});
+      return;
+    }
     case Op::kGet:
-    case Op::kWait: {
+    case Op::kWait:
+    case Op::kMultiGet: {
       auto w = std::make_shared<Waiter>(io_);
       w->op = static_cast<Op>(f.op);
       w->request_id = id;
@@ -130,8 +151,8 @@ void StoreService::on_request(const std::shared_ptr<Connection>& c, Frame&& f) {
       Bytes desired = r.bytes();
       r.finish();
       const Bytes* now = find(key);
-      const bool matches = now == nullptr ? !expected.has_value()
-                                          : expected.has_value() && *now == *expected;
+      const bool matches =
+          now == nullptr ? !expected.has_value() : expected.has_value() && *now == *expected;
       if (matches) {
         set(key, desired);
         c->reply(id, byte(Op::kValue), PayloadWriter().str(desired).take());
@@ -190,19 +211,41 @@ std::vector<std::string> StoreService::missing(const std::vector<std::string>& k
 }
 
 void StoreService::start_wait(const std::shared_ptr<Waiter>& w, milliseconds timeout) {
-  const auto miss = missing(w->keys);
-  if (miss.empty() || timeout.count() == 0) {
-    finish_wait(w, !miss.empty());
+  if (finish_or_park(w)) return;
+  if (timeout.count() == 0) {
+    unregister(w);
+    finish_wait(w, /*timed_out=*/true);
     return;
   }
-  w->registered_key = miss.front();
-  waiters_[w->registered_key].push_back(w);
   w->timer.expires_after(timeout);
   w->timer.async_wait([this, w](const error_code& ec) {
     if (ec || w->done || stopping_) return;
     unregister(w);
     finish_wait(w, /*timed_out=*/true);
   });
+}
+
+bool StoreService::advance(Waiter& w) const {
+  while (w.next < w.keys.size() && data_.count(w.keys[w.next]) > 0) ++w.next;
+  return w.next == w.keys.size();
+}
+
+bool StoreService::finish_or_park(const std::shared_ptr<Waiter>& w) {
+  for (;;) {
+    if (!advance(*w)) {
+      waiters_[w->keys[w->next]].push_back(w);
+      return false;
+    }
+    // Every key was seen set; one check of them all before answering, in case one was deleted
+    // since (rare: then wait for it again from there).
+    const auto gone = std::find_if(w->keys.begin(), w->keys.end(),
+                                   [this](const std::string& k) { return data_.count(k) == 0; });
+    if (gone == w->keys.end()) {
+      finish_wait(w, /*timed_out=*/false);
+      return true;
+    }
+    w->next = static_cast<std::size_t>(gone - w->keys.begin());
+  }
 }
 
 void StoreService::cancel_wait(const std::shared_ptr<Waiter>& w) {
@@ -213,7 +256,8 @@ void StoreService::cancel_wait(const std::shared_ptr<Waiter>& w) {
 }
 
 void StoreService::unregister(const std::shared_ptr<Waiter>& w) {
-  auto it = waiters_.find(w->registered_key);
+  if (w->next >= w->keys.size()) return;
+  auto it = waiters_.find(w->keys[w->next]);
   if (it == waiters_.end()) return;
   auto& list = it->second;
   list.erase(std::remove(list.begin(), list.end(), w), list.end());
@@ -233,6 +277,11 @@ void StoreService::finish_wait(const std::shared_ptr<Waiter>& w, bool timed_out)
   } else if (w->op == Op::kGet) {
     connection->reply(w->request_id, byte(Op::kValue),
                       PayloadWriter().str(*find(w->keys.front())).take());
+  } else if (w->op == Op::kMultiGet) {
+    PayloadWriter pw;
+    pw.u32(static_cast<std::uint32_t>(w->keys.size()));
+    for (const auto& k : w->keys) pw.str(*find(k));
+    connection->reply(w->request_id, byte(Op::kValues), pw.take());
   } else {
     connection->reply(w->request_id, byte(Op::kOk), {});
   }
@@ -244,15 +293,7 @@ void StoreService::notify(const std::string& key) {
   std::vector<std::shared_ptr<Waiter>> list = std::move(it->second);
   waiters_.erase(it);
   for (auto& w : list) {
-    if (w->done) continue;
-    const auto miss = missing(w->keys);
-    if (miss.empty()) {
-      finish_wait(w, /*timed_out=*/false);
-    } else {
-      // Still waiting for another key: park it there.
-      w->registered_key = miss.front();
-      waiters_[w->registered_key].push_back(w);
-    }
+    if (!w->done) finish_or_park(w);  // parks it on its next missing key, if any
   }
 }
 

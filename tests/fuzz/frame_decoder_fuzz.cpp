@@ -35,6 +35,20 @@ void read_payload(const Frame& f) {
     }
     case Op::kCompareSet: r.str(); if (r.u8() != 0) r.bytes(); r.bytes(); break;
     case Op::kDelete: r.str(); break;
+    case Op::kMultiSet: {
+      std::uint32_t n = r.u32();
+      for (std::uint32_t i = 0; i < n; ++i) {
+        r.str();
+        r.bytes();
+      }
+      break;
+    }
+    case Op::kMultiGet: {
+      std::uint32_t n = r.u32();
+      for (std::uint32_t i = 0; i < n; ++i) r.str();
+      r.u64();
+      break;
+    }
     default: return;
   }
   r.finish();

@@ -437,5 +437,40 @@ TEST(ConnLimits, OutOfDescriptorsTheServerPausesAcceptingInsteadOfSpinning) {
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
+
+TEST(ConnLimits, ALimitThatCannotBeRaisedIsSaidInOneLineWithTheConnectionsItHolds) {
+  int to_parent[2];
+  ASSERT_EQ(::pipe(to_parent), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::close(to_parent[0]);
+    const rlimit low{1'000, 1'000};  // soft and hard: nothing to raise it to
+    if (::setrlimit(RLIMIT_NOFILE, &low) != 0) ::_exit(2);
+    const std::string line = raise_open_file_limit(wanted_open_files(8'192));
+    const ssize_t n = ::write(to_parent[1], line.data(), line.size());
+    ::_exit(n == static_cast<ssize_t>(line.size()) ? 0 : 3);
+  }
+  ::close(to_parent[1]);
+  std::string line;
+  char buf[512];
+  for (ssize_t n; (n = ::read(to_parent[0], buf, sizeof buf)) > 0;) line.append(buf, n);
+  ::close(to_parent[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_EQ(line.find('\n'), std::string::npos) << line;
+  const std::regex said(
+      "the open-file limit is 1000 \\(hard limit 1000\\), below the 20480 wanted: a store hosted "
+      "here holds at most about ([0-9]+) client connections .*ulimit -n.*");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_match(line, m, said)) << line;
+  const int holds = std::stoi(m[1]);
+  EXPECT_GT(holds, 700) << line;   // 1000, less the reserve of 128 and the few files open
+  EXPECT_LT(holds, 1000 - 128) << line;
+  // Within the limit, nothing to say.
+  EXPECT_EQ(raise_open_file_limit(16), "");
+}
+
 }  // namespace
 }  // namespace ddl::net

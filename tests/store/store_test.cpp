@@ -1,5 +1,7 @@
 // The Store contract, checked against every implementation: MemoryStore and TcpStore (a loopback
 // TcpStoreServer with one TcpStore client per simulated rank).
+#include "store/store.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,12 +12,11 @@
 #include <thread>
 #include <vector>
 
-#include "tests/support/bytes.h"
-#include "tests/store/test_util.h"
 #include "store/memory_store.h"
 #include "store/prefix_store.h"
-#include "store/store.h"
 #include "store/tcp_store.h"
+#include "tests/store/test_util.h"
+#include "tests/support/bytes.h"
 
 namespace ddl {
 namespace {
@@ -233,7 +234,8 @@ TYPED_TEST(StoreTest, ManyConcurrentClientsAddAtomically) {
   // Every add returned a distinct value: 1..N, none lost, none repeated.
   std::sort(seen.begin(), seen.end());
   ASSERT_EQ(seen.size(), static_cast<std::size_t>(kClients * kAddsEach));
-  for (std::size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], static_cast<std::int64_t>(i + 1));
+  for (std::size_t i = 0; i < seen.size(); ++i)
+    ASSERT_EQ(seen[i], static_cast<std::int64_t>(i + 1));
   auto reader = this->env_.client(0);
   EXPECT_EQ(text(reader->get("shared", milliseconds(1000))), std::to_string(kClients * kAddsEach));
 }
@@ -377,9 +379,195 @@ TYPED_TEST(StoreTest, PrefixStoresAreSeparateKeySpacesOfOneStore) {
   EXPECT_THROW(PrefixStore(*base, ""), StoreError);
 }
 
+TYPED_TEST(StoreTest, MultiSetThenMultiGetReturnsTheValuesInOrder) {
+  auto writer = this->env_.client(0);
+  auto reader = this->env_.client(1);
+  const Bytes binary{'a', '\0', 'b', '\xff'};
+  writer->multi_set({"m/a", "m/b", "m/empty"}, {bytes("one"), binary, Bytes{}});
+  EXPECT_EQ(reader->multi_get({"m/b", "m/a", "m/empty", "m/b"}, milliseconds(1000)),
+            (std::vector<Bytes>{binary, bytes("one"), Bytes{}, binary}));
+  EXPECT_EQ(reader->multi_get({}, milliseconds(0)), std::vector<Bytes>{});
+  writer->multi_set({"m/a"}, {bytes("replaced")});
+  EXPECT_EQ(text(reader->get("m/a", milliseconds(1000))), "replaced");
+  writer->multi_set({}, {});
+}
+
+TYPED_TEST(StoreTest, MultiSetOfUnequalListsFailsAndSetsNothing) {
+  auto store = this->env_.client(0);
+  try {
+    store->multi_set({"u/a", "u/b"}, {bytes("1")});
+    FAIL() << "multi_set took 2 keys and 1 value";
+  } catch (const StoreError& e) {
+    EXPECT_NE(std::string(e.what()).find("2 key(s) but 1 value(s)"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(store->check({"u/a"}));
+  store->set("u/a", bytes("still usable"));
+  EXPECT_EQ(text(store->get("u/a", milliseconds(1000))), "still usable");
+}
+
+TYPED_TEST(StoreTest, MultiGetWaitsWithOneDeadlineForKeysSetLater) {
+  auto reader = this->env_.client(0);
+  auto writer = this->env_.client(1);
+  writer->set("w/0", bytes("zero"));
+  std::thread later([&] {
+    std::this_thread::sleep_for(milliseconds(100));
+    writer->set("w/2", bytes("two"));
+    std::this_thread::sleep_for(milliseconds(100));
+    writer->multi_set({"w/1", "w/3"}, {bytes("one"), bytes("three")});
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const auto values = reader->multi_get({"w/0", "w/1", "w/2", "w/3"}, milliseconds(10'000));
+  later.join();
+  EXPECT_GE(elapsed_ms(start), 150.0);
+  EXPECT_EQ(values,
+            (std::vector<Bytes>{bytes("zero"), bytes("one"), bytes("two"), bytes("three")}));
+}
+
+TYPED_TEST(StoreTest, MultiGetTimeoutNamesOnlyTheMissingKeys) {
+  auto store = this->env_.client(0);
+  store->multi_set({"t/here", "t/also"}, {bytes("1"), bytes("2")});
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    store->multi_get({"t/here", "t/gone", "t/also", "t/lost"}, milliseconds(300));
+    FAIL() << "multi_get returned with keys missing";
+  } catch (const StoreTimeout& e) {
+    const double ms = elapsed_ms(start);
+    EXPECT_GE(ms, 300.0);
+    EXPECT_LT(ms, 300.0 + kTimeoutSlackMs);
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("2 missing: 't/gone', 't/lost'"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("'t/here'"), std::string::npos) << msg;
+  }
+}
+
+// A key seen set and then deleted while a wait is parked on a later key is waited for again: the
+// server's cursor over a waiter's keys does not skip it.
+TYPED_TEST(StoreTest, WaitOnManyKeysWaitsAgainForAKeyDeletedMeanwhile) {
+  auto waiter = this->env_.client(0);
+  auto other = this->env_.client(1);
+  std::atomic<bool> returned{false};
+  std::string error;
+  other->set("d/a", bytes("1"));
+  std::thread t([&] {
+    try {
+      waiter->wait({"d/a", "d/b"}, milliseconds(10'000));
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    returned = true;
+  });
+  std::this_thread::sleep_for(milliseconds(100));  // the wait is parked on "d/b" by now
+  EXPECT_TRUE(other->delete_key("d/a"));
+  other->set("d/b", bytes("1"));
+  std::this_thread::sleep_for(milliseconds(200));
+  EXPECT_FALSE(returned.load()) << "the wait returned while 'd/a' was deleted";
+  other->set("d/a", bytes("2"));
+  t.join();
+  EXPECT_EQ(error, "");
+}
+
+TYPED_TEST(StoreTest, BarrierOfManyRanksReleasesThemAll) {
+  constexpr int kWorld = 48;
+  std::atomic<int> passed{0};
+  auto errors = run_ranks(kWorld, [&](int rank) {
+    auto store = this->env_.client(rank);
+    barrier(*store, "many", rank, kWorld, milliseconds(20'000));
+    ++passed;
+  });
+  EXPECT_TRUE(errors.empty()) << errors.front();
+  EXPECT_EQ(passed.load(), kWorld);
+}
+
+TYPED_TEST(StoreTest, BarrierTimeoutNamesTheMissingRanksOfALargerWorld) {
+  constexpr int kWorld = 40;
+  std::mutex mu;
+  std::vector<std::string> messages;
+  auto errors = run_ranks(kWorld, [&](int rank) {
+    if (rank == 7 || rank == 31) return;  // never come
+    auto store = this->env_.client(rank);
+    try {
+      barrier(*store, "partial", rank, kWorld, milliseconds(500));
+    } catch (const StoreTimeout& e) {
+      std::lock_guard<std::mutex> lock(mu);
+      messages.push_back(e.what());
+    }
+  });
+  ASSERT_TRUE(errors.empty()) << errors.front();
+  ASSERT_EQ(messages.size(), static_cast<std::size_t>(kWorld - 2));
+  for (const auto& m : messages) {
+    EXPECT_NE(m.find("timed out after 500 ms: 38/40 ranks arrived (0,1,2,3,4,5,6,8,"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find("; missing: 7,31"), std::string::npos) << m;
+  }
+}
+
 TYPED_TEST(StoreTest, BarrierRejectsARankOutsideTheWorld) {
   auto store = this->env_.client(0);
   EXPECT_THROW(barrier(*store, "bad", 3, 3, milliseconds(100)), StoreError);
+}
+
+// Counts the requests one rank makes (every Store call is one request on TcpStore).
+class CountingStore : public Store {
+ public:
+  explicit CountingStore(Store& base) : base_(base) {}
+  int requests() const { return requests_; }
+
+  void set(const std::string& k, const Bytes& v) override { ++requests_, base_.set(k, v); }
+  Bytes get(const std::string& k, milliseconds t) override { return ++requests_, base_.get(k, t); }
+  std::int64_t add(const std::string& k, std::int64_t d) override {
+    return ++requests_, base_.add(k, d);
+  }
+  bool check(const std::vector<std::string>& k) override { return ++requests_, base_.check(k); }
+  void wait(const std::vector<std::string>& k, milliseconds t) override {
+    ++requests_, base_.wait(k, t);
+  }
+  bool wait_for(const std::vector<std::string>& k, milliseconds t) override {
+    return ++requests_, base_.wait_for(k, t);
+  }
+  std::optional<Bytes> compare_set(const std::string& k, const std::optional<Bytes>& e,
+                                   const Bytes& d) override {
+    return ++requests_, base_.compare_set(k, e, d);
+  }
+  bool delete_key(const std::string& k) override { return ++requests_, base_.delete_key(k); }
+  void multi_set(const std::vector<std::string>& k, const std::vector<Bytes>& v) override {
+    ++requests_, base_.multi_set(k, v);
+  }
+  std::vector<Bytes> multi_get(const std::vector<std::string>& k, milliseconds t) override {
+    return ++requests_, base_.multi_get(k, t);
+  }
+
+ private:
+  Store& base_;
+  int requests_ = 0;
+};
+
+// The most requests one rank made in a barrier of `world` ranks (`absent` never come).
+int most_barrier_requests(int world, const std::vector<int>& absent, milliseconds timeout) {
+  MemoryStore shared;
+  std::vector<int> requests(static_cast<std::size_t>(world), 0);
+  auto errors = run_ranks(world, [&](int rank) {
+    if (std::find(absent.begin(), absent.end(), rank) != absent.end()) return;
+    CountingStore mine(shared);
+    try {
+      barrier(mine, "counted", rank, world, timeout);
+    } catch (const StoreTimeout&) {
+      if (absent.empty()) throw;
+    }
+    requests[static_cast<std::size_t>(rank)] = mine.requests();
+  });
+  if (!errors.empty()) throw std::runtime_error(errors.front());
+  return *std::max_element(requests.begin(), requests.end());
+}
+
+TEST(BarrierCostTest, EveryRankMakesThreeRequestsWhateverTheWorldSize) {
+  EXPECT_EQ(most_barrier_requests(2, {}, milliseconds(10'000)), 3);
+  EXPECT_EQ(most_barrier_requests(16, {}, milliseconds(10'000)), 3);
+  EXPECT_EQ(most_barrier_requests(256, {}, milliseconds(20'000)), 3);
+}
+
+TEST(BarrierCostTest, ATimeoutCostsTwoRequestsMoreNotOnePerRank) {
+  EXPECT_EQ(most_barrier_requests(64, {5, 60}, milliseconds(300)), 5);
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 // What only the TCP store has: the handshake, hostile connections, connecting before the server is
 // up, deadlines on connect, and shutting down with clients attached.
+#include "store/tcp_store.h"
+
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <spdlog/sinks/base_sink.h>
@@ -12,13 +14,13 @@
 #include <thread>
 #include <vector>
 
-#include "tests/support/bytes.h"
-#include "tests/support/text.h"
-#include "tests/store/test_util.h"
 #include "net/auth.h"
+#include "net/conn_limits.h"
 #include "net/frame.h"
 #include "store/protocol.h"
-#include "store/tcp_store.h"
+#include "tests/store/test_util.h"
+#include "tests/support/bytes.h"
+#include "tests/support/text.h"
 
 namespace ddl {
 namespace {
@@ -81,8 +83,8 @@ class RawSocket {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     char buf[4096];
     for (;;) {
-      const auto left = std::chrono::duration_cast<milliseconds>(
-          deadline - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) return false;
       pollfd p{fd_, POLLIN, 0};
       if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
@@ -263,7 +265,8 @@ TEST_F(TcpStoreTest, OversizedFrameBeforeTheHandshakeIsDropped) {
   // A well-formed header that announces 100 MB: refused from the header alone.
   Bytes header = raw_frame(kHelloOp, "job-test", Bytes{});
   const std::uint32_t huge = 100u << 20;
-  for (int i = 0; i < 4; ++i) header[header.size() - 4 + i] = static_cast<char>(huge >> (24 - 8 * i));
+  for (int i = 0; i < 4; ++i)
+    header[header.size() - 4 + i] = static_cast<char>(huge >> (24 - 8 * i));
   RawSocket attacker(server_.port());
   attacker.send(header);
   EXPECT_TRUE(attacker.closed_by_peer());
@@ -278,7 +281,8 @@ TEST_F(TcpStoreTest, OversizedFrameAfterTheHandshakeIsDropped) {
   ASSERT_EQ(raw.read_frame().op, kHelloOkOp);
   Bytes header = raw_frame(Op::kSet, "job-test", Bytes{});
   const auto over = static_cast<std::uint32_t>(net::kMaxPayloadBytes + 1);
-  for (int i = 0; i < 4; ++i) header[header.size() - 4 + i] = static_cast<char>(over >> (24 - 8 * i));
+  for (int i = 0; i < 4; ++i)
+    header[header.size() - 4 + i] = static_cast<char>(over >> (24 - 8 * i));
   raw.send(header);
   EXPECT_TRUE(raw.closed_by_peer());
   EXPECT_TRUE(dropped_reaches(1));
@@ -302,8 +306,7 @@ TEST_F(TcpStoreTest, FrameOfAnotherJobAfterTheHandshakeIsDropped) {
   RawSocket raw(server_.port());
   say_hello(raw, client_options(1));
   ASSERT_EQ(raw.read_frame().op, kHelloOkOp);
-  raw.send(raw_frame(Op::kSet, "job-other",
-                         net::PayloadWriter().str("k").str("v").take()));
+  raw.send(raw_frame(Op::kSet, "job-other", net::PayloadWriter().str("k").str("v").take()));
   EXPECT_TRUE(raw.closed_by_peer());
   EXPECT_TRUE(dropped_reaches(1));
   TcpStore real(client_options(0));
@@ -312,8 +315,7 @@ TEST_F(TcpStoreTest, FrameOfAnotherJobAfterTheHandshakeIsDropped) {
 
 TEST_F(TcpStoreTest, RequestBeforeHelloIsDropped) {
   RawSocket raw(server_.port());
-  raw.send(raw_frame(Op::kSet, "job-test",
-                         net::PayloadWriter().str("k").str("v").take()));
+  raw.send(raw_frame(Op::kSet, "job-test", net::PayloadWriter().str("k").str("v").take()));
   EXPECT_TRUE(raw.closed_by_peer());
   EXPECT_TRUE(dropped_reaches(1));
   TcpStore real(client_options(0));
@@ -411,8 +413,9 @@ TEST(TcpStoreConnectTest, ClientStartedBeforeTheServerConnectsOnceItIsUp) {
     }
   });
   // Start the server only once the client has been turned away at least once.
-  const bool retried =
-      eventually([&] { return log.sink().saw("rank 1: the store at " + endpoint + " not ready yet, retrying ("); });
+  const bool retried = eventually([&] {
+    return log.sink().saw("rank 1: the store at " + endpoint + " not ready yet, retrying (");
+  });
   std::unique_ptr<TcpStoreServer> server;
   if (retried) server = std::make_unique<TcpStoreServer>(loopback_options(port));
   client.join();
@@ -459,6 +462,52 @@ TEST(TcpStoreServerTest, MovedServerAndClientKeepWorking) {
   TcpStore client(loopback_options(moved.port()));
   TcpStore moved_client(std::move(client));
   EXPECT_EQ(moved_client.add("n", 2), 2);
+}
+
+// The rendezvous pattern at a thousand ranks, each a thread with its own connection, all at once:
+// connect, publish (set), barrier, read the ring and log-step peers in one multi_get. Every rank
+// must get through (a burst of a thousand connects from one address meets the server's caps on
+// connections in their handshake) and read exactly what its peers published.
+TEST(TcpStoreScaleTest, AThousandConcurrentClientsRendezvous) {
+  constexpr int kWorld = 1024;
+  if (const std::string why = net::raise_open_file_limit(3 * kWorld); !why.empty()) {
+    GTEST_SKIP() << "needs " << 3 * kWorld << " descriptors: " << why;
+  }
+  TcpStoreServer server(loopback_options(0));
+  std::mutex mu;
+  std::vector<std::string> errors;
+  std::vector<std::thread> threads;
+  const auto start = std::chrono::steady_clock::now();
+  for (int rank = 0; rank < kWorld; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        auto o = loopback_options(server.port(), rank, kWorld);
+        o.connect_timeout = milliseconds(60'000);
+        o.io_timeout = milliseconds(60'000);
+        TcpStore store(o);
+        store.set("addr/" + std::to_string(rank), bytes("host-" + std::to_string(rank)));
+        barrier(store, "join", rank, kWorld, milliseconds(60'000));
+        std::vector<int> peers{(rank + kWorld - 1) % kWorld};
+        for (int step = 1; step < kWorld; step *= 2) peers.push_back((rank + step) % kWorld);
+        std::vector<std::string> keys;
+        for (int p : peers) keys.push_back("addr/" + std::to_string(p));
+        const auto values = store.multi_get(keys, milliseconds(10'000));
+        for (std::size_t i = 0; i < peers.size(); ++i) {
+          if (text(values[i]) != "host-" + std::to_string(peers[i])) {
+            throw std::runtime_error("read '" + text(values[i]) + "' for rank " +
+                                     std::to_string(peers[i]));
+          }
+        }
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(mu);
+        errors.push_back("rank " + std::to_string(rank) + ": " + e.what());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(errors.empty()) << errors.size() << " rank(s) failed; first: " << errors.front();
+  // Generous for a loaded 2-core CI machine; about a second when it is quiet.
+  EXPECT_LT(elapsed_ms(start), 30'000.0);
 }
 
 }  // namespace

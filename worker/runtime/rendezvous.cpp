@@ -95,7 +95,8 @@ Rendezvous rendezvous(const ParallelEnv& env, std::optional<std::chrono::millise
   options.connect_timeout = deadline;
   // Ranks started without launch (mpirun, srun) raise their own limit; rank 0 says when it stays
   // low, since it hosts the store.
-  if (const std::string why = net::raise_open_file_limit(net::kWantedOpenFiles);
+  if (const std::string why = net::raise_open_file_limit(
+          net::wanted_open_files(static_cast<std::size_t>(c.world_size)));
       !why.empty() && c.rank == 0) {
     spdlog::warn("{}", why);
   }
