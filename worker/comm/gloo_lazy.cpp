@@ -293,7 +293,8 @@ class LazyPairs {
         std::lock_guard<std::mutex> lock(agent_pair_mutex_);
         agent_pair_ = pair.get();
       }
-      if (!stop_.load()) pair->connect(address);
+      if (stop_.load()) throw gloo::IoException("the mesh is being destroyed");
+      pair->connect(address);
     } catch (const std::exception& e) {
       error = std::string("serving rank ") + std::to_string(peer) + "'s request: " + e.what();
     }
@@ -301,7 +302,7 @@ class LazyPairs {
       std::lock_guard<std::mutex> lock(agent_pair_mutex_);
       agent_pair_ = nullptr;
     }
-    if (!error.empty()) spdlog::warn("gloo agent: {}{}", where(peer), error);
+    if (!error.empty() && !stop_.load()) spdlog::warn("gloo agent: {}{}", where(peer), error);
     std::lock_guard<std::mutex> lock(slot.mutex);
     finish(slot, std::move(error));
   }
