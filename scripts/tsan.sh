@@ -10,7 +10,7 @@ build="$root/build-tsan"
 # The transport, the stores, the launcher's units (options, plan, control channel over real
 # sockets, restart policy) and its supervisor parts, and Gloo's mesh without LibTorch.
 targets=(net_test store_suite_test store_tcp_test launcher_unit_test launcher_output_test
-         launcher_watchdog_test launcher_group_stop_test env_contract_test)
+         launcher_watchdog_test launcher_group_stop_test env_contract_test gloo_lazy_test)
 regex="${1:-^($(IFS='|'; echo "${targets[*]}"))\$}"
 jobs="${TSAN_JOBS:-$(nproc)}"
 started=$(date +%s)

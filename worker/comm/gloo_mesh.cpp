@@ -1,7 +1,8 @@
-// Gloo mesh: our Store adapted to Gloo's rendezvous, a TCP device on the rank's own address, and
-// Gloo's option-based collectives (the entry points PyTorch's ProcessGroupGloo uses), run in place
-// on the caller's thread with the mesh timeout bounding every wait. Two-rank all-reduces take our
-// own paths (one exchange when small, pipelined halves when large).
+// Gloo mesh: a lazily connected Gloo context (gloo_lazy.h: neighbours at start, everyone else on
+// first use) over a TCP device on the rank's own address, and Gloo's option-based collectives (the
+// entry points PyTorch's ProcessGroupGloo uses), run in place on the caller's thread with the mesh
+// timeout bounding every wait. Two-rank all-reduces take our own paths (one exchange when small,
+// pipelined halves when large).
 //
 // Point to point: each message is a fixed-size header (magic, element type, byte count) and, when
 // it has bytes, a payload, both on unbound buffers under the point-to-point slots (the tag layout
@@ -10,19 +11,13 @@
 // mismatch is reported without desynchronising the pair.
 #include "worker/comm/gloo_mesh.h"
 
-#include "store/prefix_store.h"
-
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
-#include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/store.h>
-#include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
-
 #include <signal.h>
 
 #include <algorithm>
@@ -32,35 +27,10 @@
 #include <utility>
 #include <vector>
 
+#include "worker/comm/gloo_lazy.h"
+
 namespace ddl {
 namespace {
-
-// Gloo's rendezvous store on top of ours. Gloo calls get() without a timeout and expects it to
-// wait for the key, so every call is bounded by the mesh timeout; the keys live in a PrefixStore
-// of their own, so several meshes (or generations) can share one store.
-class GlooStoreAdapter : public gloo::rendezvous::Store {
- public:
-  GlooStoreAdapter(ddl::Store& store, const std::string& prefix, std::chrono::milliseconds timeout)
-      : store_(store, prefix), timeout_(timeout) {}
-
-  void set(const std::string& key, const std::vector<char>& data) override {
-    store_.set(key, data);
-  }
-
-  std::vector<char> get(const std::string& key) override { return store_.get(key, timeout_); }
-
-  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
-
-  void wait(const std::vector<std::string>& keys,
-            const std::chrono::milliseconds& timeout) override {
-    // Gloo passes its kNoTimeout (zero) to mean "no limit"; we never wait without one.
-    store_.wait(keys, timeout.count() > 0 ? timeout : timeout_);
-  }
-
- private:
-  ddl::PrefixStore store_;
-  std::chrono::milliseconds timeout_;
-};
 
 // Element-wise sum for Gloo's reduce callback. `out` may alias one input (Gloo reduces in place);
 // the restrict-qualified helpers cover each aliasing case so the loops vectorise.
@@ -182,6 +152,8 @@ std::chrono::milliseconds left_until(Clock::time_point deadline) {
 
 struct GlooMesh::Impl {
   std::shared_ptr<gloo::Context> context;  // null for a world of one
+  // The same context: its ensure(peer) connects a point-to-point peer before first use.
+  gloo_lazy::MeshContext* lazy = nullptr;
   int rank = 0;
   int size = 1;
   std::chrono::milliseconds timeout{0};
@@ -250,6 +222,7 @@ struct GlooMesh::Impl {
     const std::string prefix = where_peer("send", "to", dst);
     guarded_at(prefix, [&] {
       const auto deadline = Clock::now() + timeout;
+      lazy->ensure(dst);
       const std::uint32_t tag = p2p_tag(rank, dst, sent[dst]++);
       P2pHeader header{kP2pMagic, kind, bytes};
       auto head = context->createUnboundBuffer(&header, sizeof(header));
@@ -270,6 +243,7 @@ struct GlooMesh::Impl {
     const std::string prefix = where_peer("recv", "from", src);
     guarded_at(prefix, [&] {
       const auto deadline = Clock::now() + timeout;
+      lazy->ensure(src);
       const std::uint32_t tag = p2p_tag(src, rank, received[src]++);
       P2pHeader header{0, 0, 0};
       auto head = context->createUnboundBuffer(&header, sizeof(header));
@@ -405,6 +379,7 @@ GlooMesh::~GlooMesh() = default;
 
 int GlooMesh::rank() const { return impl_->rank; }
 int GlooMesh::size() const { return impl_->size; }
+int GlooMesh::connected_peers() const { return impl_->lazy ? impl_->lazy->connected_peers() : 0; }
 
 void GlooMesh::all_reduce_sum(void* data, std::size_t count, DType dtype) {
   if (impl_->size == 1 || count == 0) return;
@@ -543,13 +518,15 @@ std::unique_ptr<GlooMesh> GlooMesh::connect_mesh(Store& store, const GlooOptions
                             std::to_string(options.world_size) + group_text + " (host " +
                             options.host + "): ";
   try {
-    gloo::transport::tcp::attr attr;
-    attr.hostname = options.host;
-    auto device = gloo::transport::tcp::CreateDevice(attr);
-    auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.world_size);
-    context->setTimeout(options.timeout);
-    GlooStoreAdapter adapter(store, options.store_prefix, options.timeout);
-    context->connectFullMesh(adapter, device);
+    gloo_lazy::Options lazy;
+    lazy.rank = options.rank;
+    lazy.size = options.world_size;
+    lazy.host = options.host;
+    lazy.timeout = options.timeout;
+    lazy.store_prefix = options.store_prefix;
+    lazy.group_text = group_text;
+    auto context = gloo_lazy::MeshContext::connect(store, lazy);
+    impl->lazy = context.get();
     impl->context = std::move(context);
   } catch (const StoreError& e) {
     throw CommError(where + "rendezvous through the store failed: " + e.what());

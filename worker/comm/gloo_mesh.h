@@ -22,8 +22,8 @@ struct GlooOptions {
   // Address of this rank's own interface; Gloo's TCP transport listens there on an ephemeral port
   // and publishes its address through the store.
   std::string host = "127.0.0.1";
-  // Bounds every Gloo operation and the connection of the full mesh: a dead peer surfaces as a
-  // CommError after at most this long instead of a hang.
+  // Bounds every Gloo operation and every connection: a dead peer surfaces as a CommError after
+  // at most this long instead of a hang.
   std::chrono::milliseconds timeout{60'000};
   // Prefix of the keys this mesh uses in the store (a job may build several).
   std::string store_prefix = "gloo";
@@ -52,8 +52,16 @@ class GlooMesh {
   // The slot prefix of point-to-point messages (see "Tags" above).
   static constexpr unsigned kP2pSlotPrefix = 0x50;
 
-  // Builds the full mesh through `store` (which must outlive this call only). A world of one
-  // opens no sockets and every collective is local.
+  // Connects this rank through `store` to the peers the collectives reach first: its ring
+  // neighbours r+-1 and r+-2^k (mod size), which the barrier and the broadcast use; O(log size)
+  // pairs, one key published and one multi_get. Any other peer is connected on first use (a
+  // point-to-point call to it) without the peer's main thread taking part: each mesh runs an
+  // agent thread that answers connection requests through the store. The mesh keeps two clones
+  // of `store` for that (store.clone()); `store` must outlive this call only unless its clones
+  // depend on it (MemoryStore, a PrefixStore over one), and then it must outlive the mesh.
+  // Connected pairs keep working once the store is gone (rank 0 hosts it); a first use of an
+  // unconnected peer then throws CommError. A world of one opens no sockets and every
+  // collective is local.
   static std::unique_ptr<GlooMesh> connect(Store& store, const GlooOptions& options);
 
   // Builds a mesh over the members of `group` only (worker/comm/rank_group.h). `options.rank`
@@ -64,12 +72,15 @@ class GlooMesh {
   // connect.
   static std::unique_ptr<GlooMesh> connect_group(Store& store, const GlooOptions& options,
                                                  const RankGroup& group);
+  // Stops the agent (within about a second, also when the store is gone) and closes the pairs.
   ~GlooMesh();
   GlooMesh(const GlooMesh&) = delete;
   GlooMesh& operator=(const GlooMesh&) = delete;
 
   int rank() const;
   int size() const;
+  // The peers this rank has a connected pair with now (eager ones and lazy ones made so far).
+  int connected_peers() const;
 
   // In place: every rank ends with the element-wise sum of all ranks' `count` elements, bit for
   // bit the same on every rank.
