@@ -96,7 +96,17 @@ def run_part_script(script, args, out_json, log_path):
         raise run_all.RunFailed(f"{script}: exit code {proc.returncode} (log {log_path})")
     with open(out_json) as f:
         data = json.load(f)
-    return data["records"] if isinstance(data, dict) else data
+    return medians(data["records"] if isinstance(data, dict) else data)
+
+
+def medians(records):
+    """One record per (series, x): the median of its repetitions."""
+    runs = {}
+    for r in records:
+        if r.get("seconds"):
+            runs.setdefault((r["series"], r["x"]), []).append(r["seconds"])
+    return [{"series": s, "x": x, "seconds": statistics.median(v), "runs": len(v)}
+            for (s, x), v in runs.items()]
 
 
 def ratio_table(records, ours_series, ref_series, x_name):
