@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <charconv>
 #include <map>
 #include <sstream>
 
@@ -19,15 +20,22 @@ using std::chrono::milliseconds;
 constexpr const char* kFailedKey = "failed";
 constexpr const char* kJobIdKey = "job_id";
 constexpr const char* kJobSecretKey = "job_secret";  // node 0's proposal, when it made one
-constexpr const char* kAutoRankKey = "auto_rank";  // kAutoNodeRank: node ranks handed out after 0
-constexpr const char* kOverKey = "over";        // node 0 finished: nobody is admitted any more
+constexpr const char* kAutoRankKey = "auto_rank";    // kAutoNodeRank: node ranks handed out after 0
+constexpr const char* kOverKey = "over";             // node 0 finished: nobody is admitted any more
 constexpr const char* kCurrentKey = "current";  // the newest generation whose members are known
+
+// Rosters (below): who claimed a node rank, who published its description, who said goodbye,
+// who waits to be admitted (elastic), and who joined generation K ("join/K").
+constexpr const char* kClaimedRoster = "claimed";
+constexpr const char* kDescribedRoster = "described";
+constexpr const char* kByeRoster = "bye";
+constexpr const char* kWaitingRoster = "waiting";
+// "gend/K": how generation K ended (records.h: a failure record, or its success record), set
+// once (compare-and-set); "done/K" counts the members whose processes all exited 0.
+constexpr const char* kGenerationEnd = "gend";
 
 std::string gen_key(const char* family, int generation) {
   return std::string(family) + "/" + std::to_string(generation);
-}
-std::string join_key(int generation, int node) {
-  return gen_key("join", generation) + "/" + std::to_string(node);
 }
 
 std::string list_set(const std::set<int>& nodes) {
@@ -73,19 +81,84 @@ struct NodeKeys {
       : claims(store, "claim"),
         descriptions(store, "desc"),
         endpoints(store, "endpoints"),
-        heartbeats(store, "hb"),
-        goodbyes(store, "bye"),
-        waiting(store, "waiting") {}
+        heartbeats(store, "hb") {}
 
   static std::string of(int node) { return std::to_string(node); }
+  static std::vector<std::string> of(const std::vector<int>& nodes) {
+    std::vector<std::string> keys;
+    keys.reserve(nodes.size());
+    for (int n : nodes) keys.push_back(of(n));
+    return keys;
+  }
 
   PrefixStore claims;        // how many launchers claimed the node (more than 1: a duplicate)
   PrefixStore descriptions;  // the node's JobDescription record
   PrefixStore endpoints;     // the node's endpoints record
-  PrefixStore heartbeats;    // a counter the node's watcher adds to
-  PrefixStore goodbyes;      // set when the node's launcher is done
-  PrefixStore waiting;       // elastic: set by a node that waits to be admitted
+  PrefixStore heartbeats;    // a counter the node's watcher adds to (set to 0 at the claim)
 };
+
+// A list of nodes that only grows, read incrementally. An entrant takes a ticket from the counter
+// "<name>/n" and writes its node number under "<name>/<ticket>"; a reader keeps a cursor and
+// fetches only the entries it has not seen: one add, and one multi_get when there are new ones.
+// Following who arrived costs node 0 one or two requests per look and O(nodes) requests in all,
+// where asking each node's own key on every look cost O(nodes) per look (O(nodes^2) per
+// rendezvous, generation and finish).
+class Roster {
+ public:
+  explicit Roster(std::string name) : name_(std::move(name)) {}
+
+  static void enter(Store& store, const std::string& name, int node) {
+    const std::int64_t ticket = store.add(name + "/n", 1);
+    store.set(name + "/" + std::to_string(ticket), bytes(std::to_string(node)));
+  }
+
+  // The nodes that entered since the last call, each once, in order of arrival. Throws StoreError
+  // for an entry still unwritten after `timeout` (its entrant died between its two requests) or
+  // one that is not a node number.
+  std::vector<int> read_new(Store& store, milliseconds timeout) {
+    const std::int64_t count = store.add(name_ + "/n", 0);
+    std::vector<std::string> keys;
+    for (std::int64_t t = seen_ + 1; t <= count; ++t) keys.push_back(entry_key(t));
+    if (keys.empty()) return {};
+    const std::vector<Bytes> values = store.multi_get(keys, timeout);
+    std::vector<int> nodes;
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      const std::string value = text(values[i]);
+      int node = -1;
+      const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), node);
+      if (value.empty() || ec != std::errc() || end != value.data() + value.size() || node < 0) {
+        throw StoreError("key '" + keys[i] + "' of the control store holds '" +
+                         value.substr(0, 32) + "', not a node number");
+      }
+      if (all_.insert(node).second) nodes.push_back(node);
+    }
+    seen_ = count;
+    return nodes;
+  }
+
+  const std::set<int>& all() const { return all_; }
+  // Where the next entry will be written: a wait on it ends at the next arrival.
+  std::string next_key() const { return entry_key(seen_ + 1); }
+
+ private:
+  std::string entry_key(std::int64_t ticket) const { return name_ + "/" + std::to_string(ticket); }
+
+  std::string name_;
+  std::int64_t seen_ = 0;
+  std::set<int> all_;
+};
+
+// Node 0: the nodes that claimed a node rank and neither said goodbye nor were declared lost.
+std::vector<int> pending_goodbyes(Store& store, Roster& claimed, Roster& goodbyes,
+                                  const std::set<int>& lost, milliseconds timeout) {
+  claimed.read_new(store, timeout);
+  goodbyes.read_new(store, timeout);
+  std::vector<int> pending;
+  for (int n : claimed.all()) {
+    if (n != 0 && !lost.count(n) && !goodbyes.all().count(n)) pending.push_back(n);
+  }
+  return pending;
+}
 
 }  // namespace
 
@@ -165,9 +238,20 @@ ControlChannel::ControlChannel(const ControlOptions& options) : options_(options
   }
 }
 
-ControlChannel::~ControlChannel() {
-  stopping_ = true;
+ControlChannel::~ControlChannel() { stop_watcher(); }
+
+void ControlChannel::stop_watcher() {
+  {
+    std::lock_guard<std::mutex> lock(stop_mutex_);
+    stopping_ = true;
+  }
+  stop_cv_.notify_all();
   if (watcher_.joinable()) watcher_.join();
+}
+
+void ControlChannel::pause(milliseconds period) {
+  std::unique_lock<std::mutex> lock(stop_mutex_);
+  stop_cv_.wait_for(lock, period, [this] { return stopping_.load(); });
 }
 
 std::string ControlChannel::where() const {
@@ -188,9 +272,21 @@ ControlChannel::Agreement ControlChannel::rendezvous(const JobDescription& mine,
   auto source = [&](const PrefixStore& view, int node) {
     return "key '" + view.full_key(NodeKeys::of(node)) + "' of the control store at " + where();
   };
+  auto missing_at_deadline = [&](const std::vector<int>& pending) {
+    return ControlError("node(s) " + list_nodes(pending) + " of " +
+                        std::to_string(options_.nnodes) + " did not join the control store at " +
+                        where() + " within the rendezvous deadline (" +
+                        seconds_text(options_.rendezvous_timeout) +
+                        " s, --rendezvous_timeout); is launch running there with the same "
+                        "node list, ports and DDL_JOB_SECRET?");
+  };
   description_ = mine;
   try {
     if (keys.claims.add(NodeKeys::of(me), 1) > 1) throw duplicate();
+    // The heartbeat counter exists from the claim on, so node 0 reads every claimed node's in
+    // one request (watch_peers).
+    keys.heartbeats.add(NodeKeys::of(me), 0);
+    Roster::enter(*store_, kClaimedRoster, me);
     // Before node 0's description: whoever has read that can read these.
     if (me == 0) store_->set(kJobIdKey, bytes(encode_job_id(proposed_job_id)));
     if (me == 0 && !proposed_job_secret.empty()) {
@@ -198,73 +294,94 @@ ControlChannel::Agreement ControlChannel::rendezvous(const JobDescription& mine,
     }
     keys.endpoints.set(NodeKeys::of(me), bytes(encode_endpoints(local)));
     keys.descriptions.set(NodeKeys::of(me), bytes(encode_description(mine)));
+    Roster::enter(*store_, kDescribedRoster, me);
 
-    // Elastic: nobody knows which nodes will come, so each compares itself with node 0 only.
-    std::vector<int> pending;
-    for (int n = 0; n < options_.nnodes; ++n) {
-      if (n != me && (!elastic() || n == 0)) pending.push_back(n);
-    }
-    while (true) {
-      for (auto it = pending.begin(); it != pending.end();) {
-        if (!keys.descriptions.check({NodeKeys::of(*it)})) {
-          ++it;
-          continue;
-        }
-        {
-          std::lock_guard<std::mutex> lock(mutex_);
-          joined_.insert(*it);
-        }
-        const JobDescription theirs = decode_description(
-            text(keys.descriptions.get(NodeKeys::of(*it), milliseconds(0))),
-            source(keys.descriptions, *it));
-        if (auto why = description_mismatch(mine, me, theirs, *it)) throw ControlError(*why);
-        it = pending.erase(it);
+    // Every node compares itself with node 0 only (agreeing with node 0 is agreeing with every
+    // node); node 0 compares each node as it arrives, here with a fixed count (every node must
+    // come), in decide_members when elastic (nobody knows which nodes will come). A mismatch
+    // thus fails on both sides of it, and each node reads one description, node 0 n - 1.
+    auto compare = [&](int node, const Bytes& value) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        joined_.insert(node);
+        checked_.insert(node);
       }
-      if (pending.empty()) break;
-      if (keys.claims.add(NodeKeys::of(me), 0) > 1) throw duplicate();
-      const auto now = Clock::now();
-      if (now >= deadline) {
-        throw ControlError("node(s) " + list_nodes(pending) + " of " +
-                           std::to_string(options_.nnodes) + " did not join the control store at " +
-                           where() + " within the rendezvous deadline (" +
-                           seconds_text(options_.rendezvous_timeout) +
-                           " s, --rendezvous_timeout); is launch running there with the same "
-                           "node list, ports and DDL_JOB_SECRET?");
+      const JobDescription theirs =
+          decode_description(text(value), source(keys.descriptions, node));
+      if (auto why = description_mismatch(mine, me, theirs, node)) throw ControlError(*why);
+    };
+    if (me != 0) {
+      while (!keys.descriptions.check({NodeKeys::of(0)})) {
+        if (keys.claims.add(NodeKeys::of(me), 0) > 1) throw duplicate();
+        const auto now = Clock::now();
+        if (now >= deadline) throw missing_at_deadline({0});
+        keys.descriptions.wait_for(
+            {NodeKeys::of(0)}, std::min(kControlPollInterval,
+                                        std::chrono::duration_cast<milliseconds>(deadline - now)));
       }
-      const auto left = std::chrono::duration_cast<milliseconds>(deadline - now);
-      // Woken early by the first pending node's description; the others are checked each round.
-      keys.descriptions.wait_for({NodeKeys::of(pending.front())},
-                                 std::min(kControlPollInterval, left));
+      compare(0, keys.descriptions.get(NodeKeys::of(0), milliseconds(0)));
+    } else if (!elastic()) {
+      std::set<int> pending;
+      for (int n = 1; n < options_.nnodes; ++n) pending.insert(n);
+      Roster described(kDescribedRoster);
+      while (true) {
+        std::vector<int> arrived;
+        for (int n : described.read_new(*store_, options_.heartbeat_timeout)) {
+          if (pending.count(n)) arrived.push_back(n);
+        }
+        if (!arrived.empty()) {
+          const std::vector<Bytes> values =
+              keys.descriptions.multi_get(NodeKeys::of(arrived), options_.heartbeat_timeout);
+          for (std::size_t i = 0; i < arrived.size(); ++i) {
+            compare(arrived[i], values[i]);
+            pending.erase(arrived[i]);
+          }
+        }
+        if (pending.empty()) break;
+        if (keys.claims.add(NodeKeys::of(me), 0) > 1) throw duplicate();
+        const auto now = Clock::now();
+        if (now >= deadline) throw missing_at_deadline({pending.begin(), pending.end()});
+        // Woken early by the next node's arrival.
+        store_->wait_for({described.next_key()},
+                         std::min(kControlPollInterval,
+                                  std::chrono::duration_cast<milliseconds>(deadline - now)));
+      }
     }
 
     Agreement agreement;
-    agreement.job_id =
-        me == 0 ? proposed_job_id
-                : decode_job_id(text(store_->get(kJobIdKey, options_.heartbeat_timeout)),
-                                "key '" + std::string(kJobIdKey) + "' of the control store at " +
-                                    where());
+    agreement.job_id = me == 0
+                           ? proposed_job_id
+                           : decode_job_id(text(store_->get(kJobIdKey, options_.heartbeat_timeout)),
+                                           "key '" + std::string(kJobIdKey) +
+                                               "' of the control store at " + where());
     if (me == 0) {
       agreement.job_secret = proposed_job_secret;
     } else if (store_->check({kJobSecretKey})) {
-      agreement.job_secret =
-          decode_job_secret(text(store_->get(kJobSecretKey, milliseconds(0))),
-                            "key '" + std::string(kJobSecretKey) + "' of the control store at " +
-                                where());
+      agreement.job_secret = decode_job_secret(
+          text(store_->get(kJobSecretKey, milliseconds(0))),
+          "key '" + std::string(kJobSecretKey) + "' of the control store at " + where());
     }
     return agreement;
   } catch (const StoreError& e) {
-    throw ControlError("node " + std::to_string(me) + ": control store at " + where() + ": " +
-                       e.what());
+    const ControlError error("node " + std::to_string(me) + ": control store at " + where() + ": " +
+                             e.what());
+    fail_rendezvous(error);
+    throw error;
+  } catch (const ControlError& e) {
+    fail_rendezvous(e);
+    throw;
   }
 }
 
-std::vector<int> ControlChannel::claimed_nodes(Store& store) {
-  NodeKeys keys(store);
-  std::vector<int> nodes;
-  for (int n = 0; n < options_.nnodes; ++n) {
-    if (n == options_.node_rank || keys.claims.add(NodeKeys::of(n), 0) > 0) nodes.push_back(n);
+void ControlChannel::fail_rendezvous(const ControlError& error) {
+  // The nodes that agreed with node 0 wait for it in join_generation: the failure tells them
+  // at once why the job is not formed, instead of at their own deadline.
+  if (options_.node_rank != 0) return;
+  try {
+    publish_failure(*store_, FailureRecord{0, std::nullopt, kExitUsage, error.what()});
+  } catch (const StoreError& e) {
+    spdlog::debug("could not tell the other nodes that the rendezvous failed: {}", e.what());
   }
-  return nodes;
 }
 
 void ControlChannel::check_not_over(Store& store, const std::string& while_doing) {
@@ -284,6 +401,8 @@ std::vector<int> ControlChannel::decide_members(int generation, Clock::time_poin
     std::lock_guard<std::mutex> lock(mutex_);
     previous = current_members_;
   }
+  Roster arrivals(gen_key("join", generation));
+  Roster waiting(kWaitingRoster);
   std::optional<Clock::time_point> last_call;
   while (true) {
     check_not_over(*store_, "while node 0 formed " + what);
@@ -292,17 +411,31 @@ std::vector<int> ControlChannel::decide_members(int generation, Clock::time_poin
       std::lock_guard<std::mutex> lock(mutex_);
       lost = lost_nodes_;
     }
-    std::set<int> joined;
-    for (int n = 0; n < options_.nnodes; ++n) {
-      if (lost.count(n) || !store_->check({join_key(generation, n)})) continue;
-      if (elastic() && n != 0 && !checked_.count(n)) {
+    // Elastic: a node is compared with node 0 when it first joins a generation (its
+    // description was published before it joined).
+    std::vector<int> unchecked;
+    for (int n : arrivals.read_new(*store_, options_.heartbeat_timeout)) {
+      if (n >= options_.nnodes) continue;
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (elastic() && n != 0 && !checked_.count(n)) unchecked.push_back(n);
+    }
+    if (!unchecked.empty()) {
+      const std::vector<Bytes> values =
+          keys.descriptions.multi_get(NodeKeys::of(unchecked), options_.heartbeat_timeout);
+      for (std::size_t i = 0; i < unchecked.size(); ++i) {
         const JobDescription theirs = decode_description(
-            text(keys.descriptions.get(NodeKeys::of(n), options_.heartbeat_timeout)),
-            "key '" + keys.descriptions.full_key(NodeKeys::of(n)) + "' of the control store");
-        if (auto why = description_mismatch(description_, 0, theirs, n)) throw ControlError(*why);
-        checked_.insert(n);
+            text(values[i]), "key '" + keys.descriptions.full_key(NodeKeys::of(unchecked[i])) +
+                                 "' of the control store");
+        if (auto why = description_mismatch(description_, 0, theirs, unchecked[i])) {
+          throw ControlError(*why);
+        }
+        std::lock_guard<std::mutex> lock(mutex_);
+        checked_.insert(unchecked[i]);
       }
-      joined.insert(n);
+    }
+    std::set<int> joined;
+    for (int n : arrivals.all()) {
+      if (n < options_.nnodes && !lost.count(n)) joined.insert(n);
     }
     const int count = static_cast<int>(joined.size());
     // Who is still to come: every node with a fixed count; elastic, the first generation waits
@@ -313,8 +446,9 @@ std::vector<int> ControlChannel::decide_members(int generation, Clock::time_poin
       for (int n = 0; n < options_.nnodes; ++n) expected.insert(n);
     } else {
       expected.insert(previous.begin(), previous.end());
-      for (int n = 0; n < options_.nnodes; ++n) {
-        if (keys.waiting.check({NodeKeys::of(n)})) expected.insert(n);
+      waiting.read_new(*store_, options_.heartbeat_timeout);
+      for (int n : waiting.all()) {
+        if (n < options_.nnodes) expected.insert(n);
       }
     }
     std::set<int> missing;
@@ -345,12 +479,15 @@ std::vector<int> ControlChannel::decide_members(int generation, Clock::time_poin
       }
     } else if (now >= deadline) {
       throw ControlError(std::to_string(count) + " node(s) (" + list_set(joined) + ") joined " +
-                         what + " at the control store at " + where() + " within the rendezvous "
-                         "deadline (" + seconds_text(options_.rendezvous_timeout) + " s), " +
-                         std::to_string(min_nodes()) + " are needed; missing: " +
-                         list_set(missing));
+                         what + " at the control store at " + where() +
+                         " within the rendezvous "
+                         "deadline (" +
+                         seconds_text(options_.rendezvous_timeout) + " s), " +
+                         std::to_string(min_nodes()) +
+                         " are needed; missing: " + list_set(missing));
     }
-    std::this_thread::sleep_for(kControlPollInterval);
+    // Woken early by the next node's arrival.
+    store_->wait_for({arrivals.next_key()}, kControlPollInterval);
   }
 }
 
@@ -360,22 +497,32 @@ Membership ControlChannel::join_generation(Generation requested) {
   const auto deadline = Clock::now() + options_.rendezvous_timeout;
   int generation = requested.index();
   try {
-    store_->set(join_key(generation, me), bytes("1"));
-    std::vector<int> nodes;
+    Roster::enter(*store_, gen_key("join", generation), me);
+    Members members;
     if (me == 0) {
-      nodes = decide_members(generation, deadline);
-      store_->set(gen_key("members", generation),
-                  bytes(encode_members(Members{generation, nodes})));
+      members.generation = generation;
+      members.nodes = decide_members(generation, deadline);
+      // Node 0 gathers the members' endpoints (one request) into the members record, so each
+      // other node reads its generation in one request instead of one per member.
+      const std::vector<Bytes> values =
+          keys.endpoints.multi_get(NodeKeys::of(members.nodes), options_.heartbeat_timeout);
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        members.endpoints.push_back(decode_endpoints(
+            text(values[i]), "key '" + keys.endpoints.full_key(NodeKeys::of(members.nodes[i])) +
+                                 "' of the control store"));
+      }
+      store_->set(gen_key("members", generation), bytes(encode_members(members)));
       store_->set(kCurrentKey, bytes(std::to_string(generation)));
     } else {
+      bool waiting = false;
       while (true) {
         const std::string key = gen_key("members", generation);
         const std::string what = "generation " + std::to_string(generation);
         if (store_->check({key})) {
-          const Members m = decode_members(text(store_->get(key, milliseconds(0))),
-                                           "key '" + key + "' of the control store at " + where());
+          Members m = decode_members(text(store_->get(key, milliseconds(0))),
+                                     "key '" + key + "' of the control store at " + where());
           if (std::find(m.nodes.begin(), m.nodes.end(), me) != m.nodes.end()) {
-            nodes = m.nodes;
+            members = std::move(m);
             break;
           }
           if (!elastic() || !requested.first()) {
@@ -383,14 +530,16 @@ Membership ControlChannel::join_generation(Generation requested) {
                                std::to_string(me) + "): it was taken for lost");
           }
           // Late: wait to be admitted into the next generation.
-          if (!keys.waiting.check({NodeKeys::of(me)})) {
-            spdlog::info("node {}: the job is running without this node ({}); waiting to be "
-                         "admitted at its next restart",
-                         me, what);
-            keys.waiting.set(NodeKeys::of(me), bytes("1"));
+          if (!waiting) {
+            spdlog::info(
+                "node {}: the job is running without this node ({}); waiting to be "
+                "admitted at its next restart",
+                me, what);
+            Roster::enter(*store_, kWaitingRoster, me);
+            waiting = true;
           }
           ++generation;
-          store_->set(join_key(generation, me), bytes("1"));
+          Roster::enter(*store_, gen_key("join", generation), me);
           continue;
         }
         check_not_over(*store_, "before node " + std::to_string(me) + " could join " + what);
@@ -402,14 +551,13 @@ Membership ControlChannel::join_generation(Generation requested) {
         store_->wait_for({key}, kControlPollInterval);
       }
     }
+    const std::vector<int>& nodes = members.nodes;
     Membership m;
     m.generation = Generation(generation);
     m.nodes = nodes;
     for (std::size_t i = 0; i < nodes.size(); ++i) {
       if (nodes[i] == me) m.position = static_cast<int>(i);
-      const std::vector<env::Endpoint> theirs = decode_endpoints(
-          text(keys.endpoints.get(NodeKeys::of(nodes[i]), options_.heartbeat_timeout)),
-          "key '" + keys.endpoints.full_key(NodeKeys::of(nodes[i])) + "' of the control store");
+      const std::vector<env::Endpoint>& theirs = members.endpoints[i];
       if (options_.equal_node_sizes && i > 0 && theirs.size() * i != m.endpoints.size()) {
         throw ControlError("node " + std::to_string(nodes[i]) + " published " +
                            std::to_string(theirs.size()) + " endpoint(s), node " +
@@ -434,7 +582,7 @@ void ControlChannel::report_generation_failure(Generation generation, const Fail
   try {
     const Bytes mine = bytes(encode_failure(record));
     const std::optional<Bytes> now =
-        store_->compare_set(gen_key("gfailed", generation.index()), std::nullopt, mine);
+        store_->compare_set(gen_key(kGenerationEnd, generation.index()), std::nullopt, mine);
     if (now && *now == mine) {
       spdlog::info("told the other nodes: generation {} failed: {}", generation.index(),
                    record.str());
@@ -446,16 +594,49 @@ void ControlChannel::report_generation_failure(Generation generation, const Fail
 }
 
 void ControlChannel::report_generation_success(Generation generation) {
+  const int k = generation.index();
+  std::size_t members = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (current_generation_ == k) members = current_members_.size();
+  }
   try {
-    store_->add(gen_key("done", generation.index()), 1);
+    // The last member to finish says so under "gend/K", which every watcher waits on: success
+    // and failure reach the others through the one key they watch.
+    if (store_->add(gen_key("done", k), 1) >= static_cast<std::int64_t>(members) && members > 0) {
+      store_->compare_set(gen_key(kGenerationEnd, k), std::nullopt,
+                          bytes(encode_generation_success(k)));
+    }
   } catch (const StoreError& e) {
-    spdlog::error("could not tell the other nodes that this node's part of generation {} "
-                  "succeeded: {}",
-                  generation.index(), e.what());
+    spdlog::error(
+        "could not tell the other nodes that this node's part of generation {} "
+        "succeeded: {}",
+        generation.index(), e.what());
   }
 }
 
-void ControlChannel::admit_waiting(Store& store, std::set<int>& triggered) {
+// What the watch thread remembers between polls.
+struct ControlChannel::WatchState {
+  struct Beat {
+    std::int64_t value = -1;
+    Clock::time_point changed;
+  };
+  explicit WatchState(Store& store) : keys(store) {}
+
+  NodeKeys keys;  // on the watch connection
+  Clock::time_point next_beat = Clock::now();
+  Clock::time_point next_peer_check = Clock::now();  // node 0
+  bool delivered = false;                            // the job's failure ("failed") was passed on
+  std::map<int, Beat> beats;                         // node 0: the other nodes' heartbeat counters
+  std::set<int> gone;                                // said goodbye or declared lost
+  std::set<int> ended;                               // generations whose end was passed on
+  std::set<int> admissions;        // node 0: generations failed to admit a waiting node
+  Roster claimed{kClaimedRoster};  // node 0: whom to watch
+  Roster goodbyes{kByeRoster};     // node 0: who is done
+  Roster waiting{kWaitingRoster};  // node 0, elastic: who asks to be admitted
+};
+
+void ControlChannel::admit_waiting(Store& store, WatchState& state) {
   int generation;
   std::vector<int> members;
   std::set<int> lost;
@@ -465,17 +646,22 @@ void ControlChannel::admit_waiting(Store& store, std::set<int>& triggered) {
     members = current_members_;
     lost = lost_nodes_;
   }
-  if (generation < 0 || generation >= options_.max_restarts || triggered.count(generation)) return;
-  NodeKeys keys(store);
-  for (int n = 0; n < options_.nnodes; ++n) {
-    if (lost.count(n) || std::find(members.begin(), members.end(), n) != members.end()) continue;
-    if (!keys.waiting.check({NodeKeys::of(n)})) continue;
-    triggered.insert(generation);
-    const FailureRecord record{0, std::nullopt, 0,
-                               "node " + std::to_string(n) +
-                                   " asks to join the job: re-forming it with the new node"};
+  if (generation < 0 || generation >= options_.max_restarts || state.admissions.count(generation)) {
+    return;
+  }
+  state.waiting.read_new(store, options_.heartbeat_timeout);
+  for (int n : state.waiting.all()) {
+    if (n >= options_.nnodes || lost.count(n) ||
+        std::find(members.begin(), members.end(), n) != members.end()) {
+      continue;
+    }
+    state.admissions.insert(generation);
+    const FailureRecord record{
+        0, std::nullopt, 0,
+        "node " + std::to_string(n) + " asks to join the job: re-forming it with the new node"};
     spdlog::info("{}", record.what);
-    store.compare_set(gen_key("gfailed", generation), std::nullopt, bytes(encode_failure(record)));
+    store.compare_set(gen_key(kGenerationEnd, generation), std::nullopt,
+                      bytes(encode_failure(record)));
     return;
   }
 }
@@ -496,8 +682,8 @@ std::optional<FailureRecord> ControlChannel::read_failure(Store& store) {
   if (!store.check({kFailedKey})) return std::nullopt;
   const std::string value = text(store.get(kFailedKey, milliseconds(0)));
   try {
-    return decode_failure(value, "key '" + std::string(kFailedKey) + "' of the control store at " +
-                                     where());
+    return decode_failure(
+        value, "key '" + std::string(kFailedKey) + "' of the control store at " + where());
   } catch (const RecordError& e) {
     spdlog::error("{}", e.what());
     return FailureRecord{-1, std::nullopt, 1, e.what()};
@@ -509,24 +695,6 @@ bool ControlChannel::publish_failure(Store& store, const FailureRecord& record) 
   const std::optional<Bytes> now = store.compare_set(kFailedKey, std::nullopt, mine);
   return now && *now == mine;  // another failure was first otherwise
 }
-
-// What the watch thread remembers between polls.
-struct ControlChannel::WatchState {
-  struct Beat {
-    std::int64_t value = -1;
-    Clock::time_point changed;
-  };
-  explicit WatchState(Store& store) : keys(store) {}
-
-  NodeKeys keys;  // on the watch connection
-  Clock::time_point next_beat = Clock::now();
-  bool delivered = false;             // the job's failure ("failed") was passed on
-  std::map<int, Beat> beats;          // node 0: the other nodes' heartbeat counters
-  std::set<int> gone;                 // said goodbye or declared lost
-  std::set<int> failure_delivered;    // generations whose failure was passed on
-  std::set<int> success_delivered;    // ... whose success was
-  std::set<int> admissions;           // node 0: generations failed to admit a waiting node
-};
 
 void ControlChannel::watch_loop(std::shared_ptr<ExternalStop> stop) {
   WatchState state(*watch_store_);
@@ -540,8 +708,11 @@ void ControlChannel::watch_loop(std::shared_ptr<ExternalStop> stop) {
       const int generation = watch_generation(state, *stop);
       watch_job_failure(state, *stop);
       if (options_.node_rank != 0) continue;
-      if (elastic()) admit_waiting(*watch_store_, state.admissions);
-      watch_peers(state, generation);
+      if (elastic()) admit_waiting(*watch_store_, state);
+      if (Clock::now() >= state.next_peer_check) {
+        watch_peers(state, generation);
+        state.next_peer_check = Clock::now() + options_.heartbeat_interval;
+      }
     } catch (const StoreError& e) {
       if (stopping_) return;
       const FailureRecord lost{0, std::nullopt, 1,
@@ -560,42 +731,40 @@ void ControlChannel::watch_loop(std::shared_ptr<ExternalStop> stop) {
 int ControlChannel::watch_generation(WatchState& state, ExternalStop& stop) {
   const int me = options_.node_rank;
   int generation;
-  std::size_t members;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     generation = current_generation_;
-    members = current_members_.size();
   }
-  // Sleeps until the poll interval passed or the running generation failed somewhere.
-  const std::string gfailed = gen_key("gfailed", generation);
-  if (generation >= 0 && !state.failure_delivered.count(generation)) {
-    if (watch_store_->wait_for({gfailed}, kControlPollInterval)) {
-      state.failure_delivered.insert(generation);
-      const std::string value = text(watch_store_->get(gfailed, milliseconds(0)));
-      FailureRecord record;
-      try {
-        record = decode_failure(value, "key '" + gfailed + "' of the control store at " + where());
-      } catch (const RecordError& e) {
-        record = FailureRecord{-1, std::nullopt, 1, e.what()};
-      }
-      if (record.node != me) {
-        std::lock_guard<std::mutex> lock(mutex_);
-        peer_generation_failure_ = record;
-      }
-      if (record.node != me || record.exit_code == 0) {
-        stop.generation_failed(Generation(generation), record.exit_code,
-                               "generation " + std::to_string(generation) + " failed on node " +
-                                   std::to_string(record.node) + ": " + record.what);
-      }
-    }
-  } else {
-    std::this_thread::sleep_for(kControlPollInterval);
+  // One request per period: waits until the period passed or the running generation ended
+  // (failed somewhere, or succeeded everywhere).
+  const std::string end = gen_key(kGenerationEnd, generation);
+  if (generation < 0 || state.ended.count(generation)) {
+    pause(options_.heartbeat_interval);
+    return generation;
   }
-  if (generation >= 0 && !state.success_delivered.count(generation) &&
-      !state.failure_delivered.count(generation) &&
-      watch_store_->add(gen_key("done", generation), 0) >= static_cast<std::int64_t>(members)) {
-    state.success_delivered.insert(generation);
+  if (!watch_store_->wait_for({end}, options_.heartbeat_interval)) return generation;
+  state.ended.insert(generation);
+  const std::string value = text(watch_store_->get(end, milliseconds(0)));
+  std::optional<FailureRecord> failure;
+  try {
+    failure = decode_generation_end(value, generation,
+                                    "key '" + end + "' of the control store at " + where());
+  } catch (const RecordError& e) {
+    failure = FailureRecord{-1, std::nullopt, 1, e.what()};
+  }
+  if (!failure) {
     stop.generation_succeeded(Generation(generation));
+    return generation;
+  }
+  const FailureRecord& record = *failure;
+  if (record.node != me) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    peer_generation_failure_ = record;
+  }
+  if (record.node != me || record.exit_code == 0) {
+    stop.generation_failed(Generation(generation), record.exit_code,
+                           "generation " + std::to_string(generation) + " failed on node " +
+                               std::to_string(record.node) + ": " + record.what);
   }
   return generation;
 }
@@ -615,14 +784,30 @@ void ControlChannel::watch_job_failure(WatchState& state, ExternalStop& stop) {
 }
 
 void ControlChannel::watch_peers(WatchState& state, int generation) {
+  // One look costs O(1) requests whatever the node count: the rosters' new entries and every
+  // watched node's heartbeat counter in one multi_get.
+  state.claimed.read_new(*watch_store_, options_.heartbeat_timeout);
+  for (int n : state.goodbyes.read_new(*watch_store_, options_.heartbeat_timeout)) {
+    state.gone.insert(n);
+  }
+  std::vector<int> watched;
+  for (int n : state.claimed.all()) {
+    if (n != 0 && !state.gone.count(n)) watched.push_back(n);
+  }
+  if (watched.empty()) return;
+  const std::vector<Bytes> values =
+      state.keys.heartbeats.multi_get(NodeKeys::of(watched), options_.heartbeat_timeout);
   const auto now = Clock::now();
-  for (int n : claimed_nodes(*watch_store_)) {
-    if (n == 0 || state.gone.count(n)) continue;
-    if (state.keys.goodbyes.check({NodeKeys::of(n)})) {
-      state.gone.insert(n);
-      continue;
+  for (std::size_t i = 0; i < watched.size(); ++i) {
+    const int n = watched[i];
+    const std::string seen = text(values[i]);
+    std::int64_t value = 0;
+    const auto [end, ec] = std::from_chars(seen.data(), seen.data() + seen.size(), value);
+    if (seen.empty() || ec != std::errc() || end != seen.data() + seen.size()) {
+      throw StoreError("key '" + state.keys.heartbeats.full_key(NodeKeys::of(n)) +
+                       "' of the control store holds '" + seen.substr(0, 32) +
+                       "', not a heartbeat count");
     }
-    const std::int64_t value = state.keys.heartbeats.add(NodeKeys::of(n), 0);
     if (value == 0) continue;  // not watching yet (still joining): nothing to miss
     WatchState::Beat& beat = state.beats[n];
     if (value != beat.value) {
@@ -653,7 +838,7 @@ void ControlChannel::declare_lost(int node, int generation) {
     // The job goes on without it: the running generation fails and the next one is formed from
     // the nodes still there.
     if (member) {
-      watch_store_->compare_set(gen_key("gfailed", generation), std::nullopt,
+      watch_store_->compare_set(gen_key(kGenerationEnd, generation), std::nullopt,
                                 bytes(encode_failure(lost)));
     }
   } else {
@@ -678,12 +863,22 @@ void ControlChannel::report_failure(const FailureNotice& notice) {
   }
 }
 
+void ControlChannel::say_goodbye() {
+  if (said_goodbye_) return;
+  Roster::enter(*store_, kByeRoster, options_.node_rank);
+  said_goodbye_ = true;
+}
+
+std::set<int> ControlChannel::lost_nodes() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return lost_nodes_;
+}
+
 std::optional<FailureRecord> ControlChannel::finish() {
   const int me = options_.node_rank;
-  NodeKeys keys(*store_);
   if (me != 0) {
     try {
-      keys.goodbyes.set(NodeKeys::of(me), bytes("1"));
+      say_goodbye();
     } catch (const StoreError& e) {
       spdlog::debug("could not say goodbye to node 0: {}", e.what());
     }
@@ -694,19 +889,12 @@ std::optional<FailureRecord> ControlChannel::finish() {
       spdlog::debug("control store: {}", e.what());
     }
     std::optional<Clock::time_point> linger_deadline;
+    Roster claimed(kClaimedRoster);
+    Roster goodbyes(kByeRoster);
     while (true) {
-      std::vector<int> pending;
       try {
-        std::set<int> lost;
-        {
-          std::lock_guard<std::mutex> lock(mutex_);
-          lost = lost_nodes_;
-        }
-        for (int n : claimed_nodes(*store_)) {
-          if (n != 0 && !lost.count(n) && !keys.goodbyes.check({NodeKeys::of(n)})) {
-            pending.push_back(n);
-          }
-        }
+        const std::vector<int> pending =
+            pending_goodbyes(*store_, claimed, goodbyes, lost_nodes(), options_.heartbeat_timeout);
         if (pending.empty()) break;
         if (!linger_deadline && (store_->check({kFailedKey}) || !watcher_.joinable())) {
           linger_deadline = Clock::now() + options_.linger_timeout;
@@ -716,15 +904,14 @@ std::optional<FailureRecord> ControlChannel::finish() {
                        list_nodes(pending), seconds_text(options_.linger_timeout));
           break;
         }
-        keys.goodbyes.wait_for({NodeKeys::of(pending.front())}, kControlPollInterval);
+        store_->wait_for({goodbyes.next_key()}, kControlPollInterval);
       } catch (const StoreError& e) {
         spdlog::error("control store: {}", e.what());
         break;
       }
     }
   }
-  stopping_ = true;
-  if (watcher_.joinable()) watcher_.join();
+  stop_watcher();
   std::optional<FailureRecord> failure;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -741,24 +928,21 @@ std::optional<FailureRecord> ControlChannel::finish() {
 
 void ControlChannel::abandon() {
   const int me = options_.node_rank;
-  stopping_ = true;
-  if (watcher_.joinable()) watcher_.join();
-  NodeKeys keys(*store_);
+  stop_watcher();
   try {
     if (me != 0) {
-      keys.goodbyes.set(NodeKeys::of(me), bytes("1"));
+      say_goodbye();
       return;
     }
     const auto deadline = Clock::now() + options_.linger_timeout;
+    Roster claimed(kClaimedRoster);
+    Roster goodbyes(kByeRoster);
     while (Clock::now() < deadline) {
-      std::vector<std::string> pending;
-      for (int n = 1; n < options_.nnodes; ++n) {
-        if (keys.claims.add(NodeKeys::of(n), 0) > 0 && !keys.goodbyes.check({NodeKeys::of(n)})) {
-          pending.push_back(NodeKeys::of(n));
-        }
+      if (pending_goodbyes(*store_, claimed, goodbyes, lost_nodes(), options_.heartbeat_timeout)
+              .empty()) {
+        return;
       }
-      if (pending.empty()) return;
-      keys.goodbyes.wait_for({pending.front()}, kControlPollInterval);
+      store_->wait_for({goodbyes.next_key()}, kControlPollInterval);
     }
   } catch (const StoreError& e) {
     spdlog::debug("control store while giving up: {}", e.what());

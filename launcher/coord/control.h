@@ -14,28 +14,37 @@
 //   other nodes notice node 0's loss as a broken connection or a reply that does not come within
 //   heartbeat_timeout.
 // - run every generation as one: a generation (a start of the job, launcher/cluster/generation.h)
-//   begins with every node joining it ("join/<K>/<node>"); node 0 decides who takes part
-//   ("members/<K>", a Members record) and every node plans its ranks over those members. The
-//   first failure of generation K anywhere is published under "gfailed/<K>" (compare-and-set);
-//   every watcher then tells its supervisor (ExternalStop::generation_failed), which stops its
-//   processes of K and, while restarts are left, joins K+1 with the others. A node whose
-//   processes of K all exited 0 adds 1 to "done/<K>"; when that reaches the members' count every
-//   watcher says the job succeeded (ExternalStop::generation_succeeded).
+//   begins with every node joining it (the roster "join/<K>"); node 0 decides who takes part
+//   and gathers their endpoints ("members/<K>", a Members record) and every node plans its ranks
+//   over those members. How generation K ended is published once under "gend/<K>"
+//   (compare-and-set): its first failure anywhere, or its success, set by the member whose
+//   report brings "done/<K>" (a counter of the members whose processes all exited 0) to the
+//   members' count. Every watcher waits on that one key and tells its supervisor
+//   (ExternalStop::generation_failed, which stops its processes of K and, while restarts are
+//   left, joins K+1 with the others; or ExternalStop::generation_succeeded).
 // - elastic node counts (min_nnodes < nnodes): node 0 starts a generation once min_nnodes have
 //   joined and no more are expected (the previous members, less those lost, plus nodes waiting
 //   to be admitted) or last_call_timeout after min_nnodes were there; a node lost while a
 //   generation runs fails that generation (restartable) instead of the job; a node that arrives
-//   while a generation runs sets "waiting/<node>" and node 0 fails the running generation so
-//   that the next one takes it in (while restarts are left). With a fixed count every node must
-//   join every generation and a lost node ends the job.
+//   while a generation runs enters the roster "waiting" and node 0 fails the running generation
+//   so that the next one takes it in (while restarts are left). With a fixed count every node
+//   must join every generation and a lost node ends the job.
+// What it costs (docs/multi-node.md): each node compares its description with node 0's only
+// (node 0 with each node's); who claimed, described, joined, waits or said goodbye is a roster
+// (a ticket counter and one key per entry, control.cpp) that node 0 reads incrementally; node 0
+// reads every heartbeat in one multi_get. So a rendezvous, a generation's decision and a
+// finish cost O(nodes) requests in all, and while the job runs each node makes about three
+// requests per heartbeat_interval (its heartbeat, a wait on "gend/<K>", a look at "failed"),
+// node 0 a few more: O(nodes) per period, never O(nodes^2).
 // Records are JSON (launcher/coord/records.h); per-node keys live in one PrefixStore view per
-// family ("claim/<node>", "desc/<node>", "endpoints/<node>", "hb/<node>", "bye/<node>").
+// family ("claim/<node>", "desc/<node>", "endpoints/<node>", "hb/<node>").
 // Node 0 must live as long as the job: it hosts the store (as torchrun's c10d rendezvous).
 // Single-node jobs use none of this.
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -73,9 +82,9 @@ struct ControlOptions {
   // Set: the launchers admit each other with munge credentials (launcher/coord/munge_auth.h)
   // instead of `secret`: every connection presents a fresh one, node 0's store decodes it.
   std::shared_ptr<const MungeAdmission> munge;
-  int node_rank = 0;       // or kAutoNodeRank
-  int nnodes = 2;      // the most nodes (elastic: MAX)
-  int min_nnodes = 0;  // the fewest (elastic when below nnodes); 0: nnodes, a fixed count
+  int node_rank = 0;     // or kAutoNodeRank
+  int nnodes = 2;        // the most nodes (elastic: MAX)
+  int min_nnodes = 0;    // the fewest (elastic when below nnodes); 0: nnodes, a fixed count
   int max_restarts = 0;  // job-wide; node 0 admits waiting nodes only while restarts are left
   std::chrono::milliseconds last_call_timeout{30'000};
   std::chrono::milliseconds rendezvous_timeout{300'000};  // to join and agree
@@ -190,12 +199,20 @@ class ControlChannel {
   int min_nodes() const { return elastic() ? options_.min_nnodes : options_.nnodes; }
   // Node 0: waits until generation K can start and publishes its members.
   std::vector<int> decide_members(int generation, std::chrono::steady_clock::time_point deadline);
-  // The nodes that claimed a node rank so far.
-  std::vector<int> claimed_nodes(Store& store);
+  // Node 0: the rendezvous failed (a mismatch, a node missing): publishes it as the job's
+  // failure, so the nodes already waiting for the first generation stop at once. Never throws.
+  void fail_rendezvous(const ControlError& error);
+  // Sets stopping_, wakes the watcher and joins it.
+  void stop_watcher();
+  // The watcher's sleep: `period`, or until stop_watcher().
+  void pause(std::chrono::milliseconds period);
+  // A node other than 0 is done (finish, abandon): once.
+  void say_goodbye();
+  std::set<int> lost_nodes();
   // Throws ControlError when the job failed for good or (not on node 0) ended.
   void check_not_over(Store& store, const std::string& while_doing);
   // Elastic, node 0's watcher: fails the running generation for a node waiting to be admitted.
-  void admit_waiting(Store& store, std::set<int>& triggered);
+  void admit_waiting(Store& store, WatchState& state);
 
   ControlOptions options_;
   JobDescription description_;  // this node's, for node 0's checks of late joiners
@@ -203,16 +220,19 @@ class ControlChannel {
   std::unique_ptr<TcpStore> store_;  // rendezvous, reports, finish (the supervisor's thread)
   std::unique_ptr<TcpStore> watch_store_;
   std::thread watcher_;
+  bool said_goodbye_ = false;  // the supervisor's thread (finish, abandon)
   std::atomic<bool> stopping_{false};
+  std::mutex stop_mutex_;  // with stop_cv_: wakes the watcher's pauses when stopping_ is set
+  std::condition_variable stop_cv_;
   std::mutex mutex_;
-  std::set<int> lost_nodes_;        // node 0: nodes declared lost by the watcher
+  std::set<int> lost_nodes_;                   // node 0: nodes declared lost by the watcher
   std::optional<FailureRecord> seen_failure_;  // what the watcher read under "failed"
   // The last generation failure another node reported (the watcher): when this node's job ends
   // because of it, that node's record is what this node passes on as the job's failure.
   std::optional<FailureRecord> peer_generation_failure_;
-  std::set<int> joined_;            // nodes whose description was read
-  std::set<int> checked_;           // node 0, elastic: nodes whose description was compared
-  int current_generation_ = -1;     // the generation last joined (watcher: what to watch)
+  std::set<int> joined_;         // nodes whose description was read
+  std::set<int> checked_;        // nodes whose description was compared with this node's
+  int current_generation_ = -1;  // the generation last joined (watcher: what to watch)
   std::vector<int> current_members_;
 };
 

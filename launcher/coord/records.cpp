@@ -19,6 +19,7 @@ constexpr const char* kJobIdKind = "job id";
 constexpr const char* kJobSecretKind = "job secret";
 constexpr const char* kFailureKind = "failure";
 constexpr const char* kMembersKind = "members";
+constexpr const char* kSuccessKind = "generation succeeded";
 
 // Reads one record of kind `kind`; every problem becomes a RecordError with the context.
 class Reader {
@@ -194,10 +195,35 @@ FailureRecord decode_failure(const std::string& text, std::string_view source) {
   return f;
 }
 
+std::string encode_generation_success(int generation) {
+  return to_text(json{{"record", kSuccessKind}, {"generation", generation}});
+}
+
+std::optional<FailureRecord> decode_generation_end(const std::string& text, int generation,
+                                                   std::string_view source) {
+  const json peek = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!peek.is_object() || peek.value("record", json()) != kSuccessKind) {
+    return decode_failure(text, source);
+  }
+  const Reader r(text, kSuccessKind, source);
+  const int said = r.integer("generation", 0, kMaxInt);
+  if (said != generation) {
+    r.fail("it names generation " + std::to_string(said) + ", not " + std::to_string(generation));
+  }
+  return std::nullopt;
+}
+
 std::string encode_members(const Members& members) {
+  json endpoints = json::array();
+  for (const auto& node : members.endpoints) {
+    json list = json::array();
+    for (const env::Endpoint& e : node) list.push_back(e.str());
+    endpoints.push_back(list);
+  }
   return to_text(json{{"record", kMembersKind},
                       {"generation", members.generation},
-                      {"nodes", members.nodes}});
+                      {"nodes", members.nodes},
+                      {"endpoints", endpoints}});
 }
 
 Members decode_members(const std::string& text, std::string_view source) {
@@ -213,6 +239,25 @@ Members decode_members(const std::string& text, std::string_view source) {
     const int node = n.get<int>();
     if (!m.nodes.empty() && node <= m.nodes.back()) r.fail("\"nodes\" is not strictly ascending");
     m.nodes.push_back(node);
+  }
+  const json& endpoints = r.array("endpoints");
+  if (endpoints.size() != m.nodes.size()) {
+    r.fail("\"endpoints\" holds " + std::to_string(endpoints.size()) + " list(s) for " +
+           std::to_string(m.nodes.size()) + " node(s)");
+  }
+  for (const json& list : endpoints) {
+    if (!list.is_array() || list.empty())
+      r.fail("an entry of \"endpoints\" is not a non-empty list");
+    std::vector<env::Endpoint> node;
+    for (const json& e : list) {
+      if (!e.is_string()) r.fail("an entry of \"endpoints\" holds something that is not a string");
+      try {
+        node.push_back(env::parse_endpoint(e.get<std::string>(), "endpoint"));
+      } catch (const env::EnvError& error) {
+        r.fail(error.what());
+      }
+    }
+    m.endpoints.push_back(std::move(node));
   }
   return m;
 }

@@ -5,7 +5,9 @@
 //   {"record":"job id","job_id":"3f9a..."}
 //   {"record":"job secret","job_secret":"9c1e..."}
 //   {"record":"failure","node":1,"rank":3,"exit_code":137,"what":"rank 3 was killed by ..."}
-//   {"record":"members","generation":2,"nodes":[0,2]}
+//   {"record":"generation succeeded","generation":2}
+//   {"record":"members","generation":2,"nodes":[0,2],
+//    "endpoints":[["10.0.0.1:6170"],["10.0.0.3:6170"]]}
 // ("rank" is absent when no trainer failed). Heartbeats, claims and goodbyes are store counters
 // and flags, not records. Every decoder checks the kind, every field's presence and type and the
 // values' ranges, and throws RecordError otherwise: a record from another version of `launch`, or
@@ -79,10 +81,21 @@ struct FailureRecord {
 std::string encode_failure(const FailureRecord& record);
 FailureRecord decode_failure(const std::string& text, std::string_view source);
 
-// Which nodes take part in one generation of the job (node 0 decides, launcher/coord/control.h).
+// How one generation ended, as stored under "gend/<K>": the first failure record, or
+// {"record":"generation succeeded","generation":K} once every member's processes exited 0.
+std::string encode_generation_success(int generation);
+// nullopt for a success record of `generation`; else the failure record (RecordError for
+// anything else, or a success record of another generation).
+std::optional<FailureRecord> decode_generation_end(const std::string& text, int generation,
+                                                   std::string_view source);
+
+// Which nodes take part in one generation of the job and their workers' endpoints (node 0
+// decides and gathers them, launcher/coord/control.h), so that every other node reads its
+// generation in one request.
 struct Members {
   int generation = 0;
-  std::vector<int> nodes;  // ascending, not empty
+  std::vector<int> nodes;                             // ascending, not empty
+  std::vector<std::vector<env::Endpoint>> endpoints;  // nodes[i]'s, not empty; one per node
 };
 
 std::string encode_members(const Members& members);

@@ -59,10 +59,10 @@ TEST(ControlRecords, FailureRecordRoundTrips) {
   const FailureRecord back = decode_failure(encode_failure(no_rank), "test");
   EXPECT_FALSE(back.rank);
   EXPECT_EQ(back, no_rank) << "quotes and newlines survive";
-  EXPECT_EQ(decode_failure(R"({"record":"failure","node":2,"exit_code":1,"what":"x","extra":1})",
-                           "test")
-                .node,
-            2)
+  EXPECT_EQ(
+      decode_failure(R"({"record":"failure","node":2,"exit_code":1,"what":"x","extra":1})", "test")
+          .node,
+      2)
       << "unknown fields are ignored";
 }
 
@@ -361,14 +361,23 @@ namespace ddl::launcher {
 namespace {
 
 TEST(ControlRecords, MembersRoundTripAndMalformedOnesAreRefused) {
-  const Members m{3, {0, 2, 5}};
+  const Members m{3,
+                  {0, 2, 5},
+                  {endpoints("127.0.0.1", 9000, 2), endpoints("127.0.0.3", 7000, 2),
+                   endpoints("127.0.0.6", 7100, 1)}};
   const Members back = decode_members(encode_members(m), "test");
   EXPECT_EQ(back.generation, 3);
   EXPECT_EQ(back.nodes, m.nodes);
-  for (const char* bad : {R"({"record":"members","generation":1,"nodes":[]})",
-                          R"({"record":"members","generation":1,"nodes":[2,1]})",
-                          R"({"record":"members","generation":-1,"nodes":[0]})",
-                          R"({"record":"members","generation":1,"nodes":["a"]})"}) {
+  EXPECT_EQ(back.endpoints, m.endpoints);
+  for (const char* bad :
+       {R"({"record":"members","generation":1,"nodes":[],"endpoints":[]})",
+        R"({"record":"members","generation":1,"nodes":[2,1],"endpoints":[["a:1"],["a:2"]]})",
+        R"({"record":"members","generation":-1,"nodes":[0],"endpoints":[["a:1"]]})",
+        R"({"record":"members","generation":1,"nodes":["a"],"endpoints":[["a:1"]]})",
+        R"({"record":"members","generation":1,"nodes":[0]})",
+        R"({"record":"members","generation":1,"nodes":[0,1],"endpoints":[["a:1"]]})",
+        R"({"record":"members","generation":1,"nodes":[0],"endpoints":[[]]})",
+        R"({"record":"members","generation":1,"nodes":[0],"endpoints":[["a"]]})"}) {
     EXPECT_THROW(decode_members(bad, "test"), RecordError) << bad;
   }
 }
