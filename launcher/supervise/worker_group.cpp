@@ -1,3 +1,7 @@
+// Boost.Process compiles its vfork() executor only where this is set (Boost 1.74 sets it on no
+// platform by itself); WorkerGroup::start asks for it (bp::posix::use_vfork): see there.
+#define BOOST_POSIX_HAS_VFORK 1
+
 #include "launcher/supervise/worker_group.h"
 
 #include <fcntl.h>
@@ -15,6 +19,7 @@
 #include <boost/process/exe.hpp>
 #include <boost/process/extend.hpp>
 #include <boost/process/io.hpp>
+#include <boost/process/posix.hpp>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -134,6 +139,7 @@ bool WorkerGroup::start(std::size_t i, const Worker& worker, std::string& error)
   try {
     bp::child child(
         bp::exe = worker.executable, bp::args = worker.args, environment, bp::std_in < bp::null,
+        bp::posix::use_vfork,
         bp::extend::on_exec_setup = [launcher_pid, out_fd, max_fd,
                                      bind = bound ? &cpus : nullptr](auto&) {
           prepare_child(launcher_pid, out_fd, bind, max_fd);
