@@ -2,20 +2,21 @@
 nodes, and the store's rendezvous load against simulated ranks, ours and the reference measured in
 the same run, drawn as SVG curves (bench/svg_plot.py) for docs/PERFORMANCE.md.
 
-    /usr/bin/python3 bench/scale.py                      everything (about 10-20 minutes on 2 cores)
+    /usr/bin/python3 bench/scale.py                      everything (about 20 minutes on 2 cores)
     /usr/bin/python3 bench/scale.py --only ranks --ranks 2,4,8,16
     /usr/bin/python3 bench/scale.py --quick              small sizes, one repetition
+    /usr/bin/python3 bench/scale.py --before_build /tmp/old/build   adds an earlier build's curve
 
-Parts (--only, comma list):
-  ranks  `launch --nproc_per_node=N startup_worker` (rendezvous, Gloo connections, a barrier, one
-         all-reduce, exit) against `torchrun --nproc_per_node=N bench/startup_ref.py`
-         (init_process_group("gloo") + one all-reduce) for N = 2..256. Torch runs only up to the
-         size the machine's memory holds (each rank is a Python process that imports torch: the
-         cap is measured, and printed).
+Parts (--only, comma list), each its own script that writes {"series", "x", "seconds"} records:
+  ranks  bench/startup_scale.py: `launch --nproc_per_node=N startup_worker` (rendezvous, Gloo
+         connections, a barrier, one all-reduce, exit) against `torchrun --nproc_per_node=N
+         bench/startup_ref.py` (init_process_group("gloo") + one all-reduce), N = 2..256; torchrun
+         up to --torch_max_ranks (each of its ranks imports torch: about a CPU-second and 230 MB).
   nodes  bench/scale_nodes.py: one launcher per loopback address against torchrun's c10d agents.
   store  bench/store_load.py: thousands of simulated ranks doing the rendezvous pattern against our
          store and torch's TCPStore.
-Writes every record to --out/scale.json and the curves to --svg_dir (default docs/scaling).
+Prints each part's table with the ratios, writes every record to --out/scale.json and the curves
+(medians) to --svg_dir (default docs/scaling), which docs/PERFORMANCE.md shows.
 """
 import argparse
 import json
@@ -30,58 +31,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-import run_all  # noqa: E402  (the house helpers: timed, Sides, versions, load1)
+import run_all  # noqa: E402  (the house helpers: versions, cpu_model)
 import svg_plot  # noqa: E402
 
 TORCH_PYTHON = run_all.TORCH_PYTHON
-
-
-def mem_available_bytes():
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
-def torch_rank_bytes():
-    """Peak resident size of one Python process that imported torch and made a tensor."""
-    out = subprocess.run(
-        [TORCH_PYTHON, "-c",
-         "import resource, torch; torch.ones(4); "
-         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)"],
-        capture_output=True, text=True, timeout=120)
-    return int(out.stdout.strip())
-
-
-def bench_ranks(sides, ranks, reps, torch_cap):
-    records, rows = [], []
-    for n in ranks:
-        ours, ref = [], []
-        for rep in range(reps):
-            order = ("ours", "ref") if rep % 2 == 0 else ("ref", "ours")
-            for side in order:
-                if side == "ours":
-                    log_dir = os.path.join(sides.work, f"ranks-ours-{n}-{rep}")
-                    cmd = sides.launch(n, log_dir, os.path.join(sides.bin, "startup_worker"))
-                    wall, _ = run_all.timed(cmd, run_all.env_for(n), sides.log(f"ranks-ours-{n}"), 600)
-                    ours.append(wall)
-                elif n <= torch_cap and (rep == 0 or n <= 16):
-                    # Above 16 ranks one torch run takes 20 s to minutes here: run it once.
-                    cmd = sides.torchrun(n, "startup_ref.py")
-                    wall, _ = run_all.timed(cmd, run_all.env_for(n), sides.log(f"ranks-ref-{n}"), 600)
-                    ref.append(wall)
-            shown = f", torchrun {ref[-1]:.3f} s" if ref else " (torch not run at this size)"
-            print(f"# start-up {n} ranks, rep {rep + 1}/{reps}: ours {ours[-1]:.3f} s{shown} "
-                  f"(load {run_all.load1():.2f})", flush=True)
-        row = {"ranks": n, "ours_s": statistics.median(ours), "ours_all": ours}
-        records.append({"series": "ours: launch + startup_worker", "x": n, "seconds": row["ours_s"]})
-        if ref:
-            row.update(ref_s=statistics.median(ref), ref_all=ref)
-            records.append({"series": "torchrun + init_process_group(gloo)", "x": n,
-                            "seconds": row["ref_s"]})
-        rows.append(row)
-    return rows, records
 
 
 def run_part_script(script, args, out_json, log_path):
@@ -122,72 +75,100 @@ def ratio_table(records, ours_series, ref_series, x_name):
     return "\n".join(lines)
 
 
+# Legend names for the series each part script writes.
+SERIES_NAMES = {
+    "ours": "ours: launch + startup_worker",
+    "baseline": "ours before issue 29 (full mesh)",
+    "torchrun": "torchrun + init_process_group(gloo)",
+    "ours nodes": "ours: one launch per node",
+    "ours nodes (before)": "ours before issue 29",
+    "torchrun c10d": "torchrun c10d agents",
+    "ours store": "ours: TcpStore",
+    "torch TCPStore": "torch TCPStore",
+}
+
+
+def named(records):
+    return [dict(r, series=SERIES_NAMES.get(r["series"], r["series"])) for r in records]
+
+
+def ratio_rows(records, ours, ref):
+    """Markdown rows: x, ours, reference, reference / ours (medians)."""
+    by = {}
+    for r in records:
+        by.setdefault(r["x"], {})[r["series"]] = r["seconds"]
+    rows = []
+    for x in sorted(by):
+        o, f = by[x].get(ours), by[x].get(ref)
+        rows.append(f"| {x:,} | {o:.2f} s | " + (f"{f:.2f} s | {f / o:.1f}x |" if f and o else "- | - |"))
+    return "\n".join(rows)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--only", default="ranks,nodes,store")
     p.add_argument("--ranks", default="2,4,8,16,32,64,128,256")
+    p.add_argument("--torch_max_ranks", type=int, default=32,
+                   help="largest torchrun job in the ranks part (a torch rank costs ~1 CPU-second)")
     p.add_argument("--nodes", default="2,4,8,16,32,64,128,256")
-    p.add_argument("--store_ranks", default="1024,4096,8192")
-    p.add_argument("--reps", type=int, default=3, help="repetitions per size up to 64 ranks")
-    p.add_argument("--big_reps", type=int, default=1, help="repetitions per size above 64 ranks")
-    p.add_argument("--quick", action="store_true", help="sizes up to 16, one repetition")
+    p.add_argument("--torch_max_nodes", type=int, default=32)
+    p.add_argument("--store_ranks", default="4096,8192")
+    p.add_argument("--reps", type=int, default=2, help="repetitions per size and side (median)")
+    p.add_argument("--before_build", default="",
+                   help="a build of an earlier commit, timed as a third series (ranks and nodes)")
+    p.add_argument("--quick", action="store_true", help="sizes up to 16 (store: 1,024), one repetition")
     p.add_argument("--build_dir", default=os.environ.get("DDL_BUILD_DIR", os.path.join(REPO, "build")))
     p.add_argument("--out", default=None, help="folder for logs and scale.json (default: a temp folder)")
     p.add_argument("--svg_dir", default=os.path.join(REPO, "docs", "scaling"))
     args = p.parse_args()
     only = set(args.only.split(","))
-    ranks = [int(x) for x in args.ranks.split(",")]
-    nodes = [int(x) for x in args.nodes.split(",")]
-    store_ranks = [int(x) for x in args.store_ranks.split(",")]
     if args.quick:
-        ranks = [x for x in ranks if x <= 16]
-        nodes = [x for x in nodes if x <= 16]
-        store_ranks = [x for x in store_ranks if x <= 1024]
-        args.reps = args.big_reps = 1
+        keep = lambda text, top: ",".join(x for x in text.split(",") if int(x) <= top)  # noqa: E731
+        args.ranks, args.nodes, args.store_ranks = keep(args.ranks, 16), keep(args.nodes, 16), "1024"
+        args.reps = 1
     work = args.out or tempfile.mkdtemp(prefix="ddl-scale-")
     os.makedirs(work, exist_ok=True)
     os.makedirs(args.svg_dir, exist_ok=True)
-    sides = run_all.Sides(args.build_dir, work, None)
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     machine = f"{os.cpu_count()} cores, {run_all.cpu_model()}"
     result = {"when": when, "machine": machine, "versions": run_all.versions()}
     print(f"# scale benchmark, {when}, {machine}; logs in {work}", flush=True)
-    subtitle = f"{machine}; {when}; ours and the reference in the same run"
+    subtitle = f"{machine}; {when}; medians of {args.reps}; every series in the same run"
+    before = ["--baseline_build_dir", args.before_build] if args.before_build else []
 
     if "ranks" in only:
-        per_rank = torch_rank_bytes()
-        torch_cap = int(0.6 * mem_available_bytes() / per_rank)
-        print(f"# one torch rank takes {per_rank / 2**20:.0f} MiB: torch runs up to {torch_cap} ranks "
-              f"(60% of the available memory)", flush=True)
-        rows, records = [], []
-        for n in ranks:
-            r, rec = bench_ranks(sides, [n], args.reps if n <= 64 else args.big_reps, torch_cap)
-            rows += r
-            records += rec
-        result["ranks"] = {"rows": rows, "records": records, "torch_cap": torch_cap}
+        records = named(run_part_script(
+            "startup_scale.py", ["--ranks", args.ranks, "--reps", str(args.reps), "--build_dir", args.build_dir,
+                                 "--ref_max_ranks", str(args.torch_max_ranks), *before],
+            os.path.join(work, "ranks.json"), os.path.join(work, "ranks.log")))
+        result["ranks"] = records
         svg_plot.write(os.path.join(args.svg_dir, "startup_ranks.svg"), records,
                        "Start-up against ranks on one machine (launch to every rank exited)",
                        "ranks (processes on one machine, log scale)", subtitle=subtitle,
-                       goal=(128, 2.0, "goal: 128 ranks <= 2 s"))
-        print(ratio_table(records, "ours: launch + startup_worker", "torchrun + init_process_group(gloo)",
-                          "ranks"))
+                       goal=(128, 2.0, "goal: 128 ranks in 2 s"))
+        print(ratio_rows(records, SERIES_NAMES["ours"], SERIES_NAMES["torchrun"]))
     if "nodes" in only:
-        records = run_part_script("scale_nodes.py", ["--nodes", ",".join(map(str, nodes)),
-                                                      "--build_dir", args.build_dir],
-                                  os.path.join(work, "nodes.json"), os.path.join(work, "nodes.log"))
-        result["nodes"] = {"records": records}
+        records = named(run_part_script(
+            "scale_nodes.py", ["--nodes", args.nodes, "--repeat", str(args.reps), "--build", args.build_dir,
+                               "--torch_max_nodes", str(args.torch_max_nodes),
+                               *(["--before_build", args.before_build] if args.before_build else [])],
+            os.path.join(work, "nodes.json"), os.path.join(work, "nodes.log")))
+        result["nodes"] = records
         svg_plot.write(os.path.join(args.svg_dir, "startup_nodes.svg"), records,
                        "Start-up against simulated nodes (one launcher per loopback address)",
-                       "nodes (log scale)", subtitle=subtitle, goal=(256, 10.0, "goal: 256 nodes <= 10 s"))
+                       "nodes (log scale)", subtitle=subtitle, goal=(256, 10.0, "goal: 256 nodes in 10 s"))
+        print(ratio_rows(records, SERIES_NAMES["ours nodes"], SERIES_NAMES["torchrun c10d"]))
     if "store" in only:
-        records = run_part_script("store_load.py", ["--ranks", ",".join(map(str, store_ranks)),
-                                                     "--build_dir", args.build_dir],
-                                  os.path.join(work, "store.json"), os.path.join(work, "store.log"))
-        result["store"] = {"records": records}
+        records = named(run_part_script(
+            "store_load.py", ["--ranks", args.store_ranks, "--reps", str(args.reps), "--procs", "16",
+                              "--build_dir", args.build_dir],
+            os.path.join(work, "store.json"), os.path.join(work, "store.log")))
+        result["store"] = records
         svg_plot.write(os.path.join(args.svg_dir, "store_rendezvous.svg"), records,
-                       "Store rendezvous against simulated ranks (publish, wait for all, read peers)",
+                       "Store rendezvous against simulated ranks (publish, barrier, read peers)",
                        "simulated ranks (log scale)", subtitle=subtitle,
-                       goal=(4096, 5.0, "goal: 4,096 ranks <= 5 s"))
+                       goal=(4096, 5.0, "goal: 4,096 ranks in 5 s"))
+        print(ratio_rows(records, SERIES_NAMES["ours store"], SERIES_NAMES["torch TCPStore"]))
     with open(os.path.join(work, "scale.json"), "w") as f:
         json.dump(result, f, indent=1)
     print(f"# records: {os.path.join(work, 'scale.json')}; curves: {args.svg_dir}", flush=True)
