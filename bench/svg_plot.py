@@ -103,7 +103,9 @@ def render(records, title, x_label, y_label="seconds (log scale)", subtitle="", 
         X, Y = px(gx), py(gy)
         out.append(f'<path d="M{X - 7:.1f},{Y:.1f} L{X + 7:.1f},{Y:.1f} M{X:.1f},{Y - 7:.1f} L{X:.1f},{Y + 7:.1f}" '
                    f'stroke="#000" stroke-width="2"/>')
-        out.append(f'<text x="{X - 10:.1f}" y="{Y - 9:.1f}" text-anchor="end" fill="#000">{escape(glabel)}</text>')
+        # Left of the mark, unless that would leave the picture.
+        anchor, tx = ("end", X - 10) if X - left > 7 * len(glabel) else ("start", X + 10)
+        out.append(f'<text x="{tx:.1f}" y="{Y - 9:.1f}" text-anchor="{anchor}" fill="#000">{escape(glabel)}</text>')
     # Series: line, markers, last value; legend on the right.
     for i, s in enumerate(series):
         colour = COLOURS[i % len(COLOURS)]

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks every relative markdown link in README.md and docs/*.md: the file must exist and a
+"""Checks every relative markdown link and image in README.md and docs/*.md: the file must exist and a
 #anchor must match a heading of the target file (GitHub's slugs: lowercase, spaces to '-',
 punctuation other than '-' and '_' dropped, repeats numbered -1, -2, ...). Exits 1 listing the
 broken links, 0 when all resolve. Usage: scripts/check_doc_links.py [REPO_ROOT]"""
@@ -7,7 +7,7 @@ import re
 import sys
 from pathlib import Path
 
-LINK = re.compile(r'(?<!!)\[(?:[^\]\\]|\\.)*\]\(([^)\s]+)(?:\s+"[^"]*")?\)')
+LINK = re.compile(r'!?\[(?:[^\]\\]|\\.)*\]\(([^)\s]+)(?:\s+"[^"]*")?\)')  # images too
 HEADING = re.compile(r'^ {0,3}(#{1,6})\s+(.*?)\s*#*\s*$')
 
 
