@@ -1,4 +1,4 @@
-"""The scaling benchmark of issue 29: start-up time against ranks on one machine, against simulated
+"""The scaling benchmark: start-up time against ranks on one machine, against simulated
 nodes, and the store's rendezvous load against simulated ranks, ours and the reference measured in
 the same run, drawn as SVG curves (bench/svg_plot.py) for docs/PERFORMANCE.md.
 
@@ -62,26 +62,13 @@ def medians(records):
             for (s, x), v in runs.items()]
 
 
-def ratio_table(records, ours_series, ref_series, x_name):
-    by = {}
-    for r in records:
-        by.setdefault(r["x"], {})[r["series"]] = r["seconds"]
-    lines = [f"| {x_name} | ours (s) | reference (s) | reference / ours |", "|---:|---:|---:|---:|"]
-    for x in sorted(by):
-        o, ref = by[x].get(ours_series), by[x].get(ref_series)
-        ratio = f"{ref / o:.1f}x" if o and ref else "-"
-        lines.append(f"| {x:,} | {o:.3f} | {ref:.3f} | {ratio} |" if ref else
-                     f"| {x:,} | {o:.3f} | (not run) | - |")
-    return "\n".join(lines)
-
-
 # Legend names for the series each part script writes.
 SERIES_NAMES = {
     "ours": "ours: launch + startup_worker",
-    "baseline": "ours before issue 29 (full mesh)",
+    "baseline": "ours, earlier build (--before_build)",
     "torchrun": "torchrun + init_process_group(gloo)",
     "ours nodes": "ours: one launch per node",
-    "ours nodes (before)": "ours before issue 29",
+    "ours nodes (before)": "ours, earlier build (--before_build)",
     "torchrun c10d": "torchrun c10d agents",
     "ours store": "ours: TcpStore",
     "torch TCPStore": "torch TCPStore",
@@ -134,41 +121,38 @@ def main():
     result = {"when": when, "machine": machine, "versions": run_all.versions()}
     print(f"# scale benchmark, {when}, {machine}; logs in {work}", flush=True)
     subtitle = f"{machine}; {when}; medians of {args.reps}; every series in the same run"
-    before = ["--baseline_build_dir", args.before_build] if args.before_build else []
 
-    if "ranks" in only:
-        records = named(run_part_script(
-            "startup_scale.py", ["--ranks", args.ranks, "--reps", str(args.reps), "--build_dir", args.build_dir,
-                                 "--ref_max_ranks", str(args.torch_max_ranks), *before],
-            os.path.join(work, "ranks.json"), os.path.join(work, "ranks.log")))
-        result["ranks"] = records
-        svg_plot.write(os.path.join(args.svg_dir, "startup_ranks.svg"), records,
-                       "Start-up against ranks on one machine (launch to every rank exited)",
-                       "ranks (processes on one machine, log scale)", subtitle=subtitle,
-                       goal=(128, 2.0, "goal: 128 ranks in 2 s"))
-        print(ratio_rows(records, SERIES_NAMES["ours"], SERIES_NAMES["torchrun"]))
-    if "nodes" in only:
-        records = named(run_part_script(
-            "scale_nodes.py", ["--nodes", args.nodes, "--repeat", str(args.reps), "--build", args.build_dir,
-                               "--torch_max_nodes", str(args.torch_max_nodes),
-                               *(["--before_build", args.before_build] if args.before_build else [])],
-            os.path.join(work, "nodes.json"), os.path.join(work, "nodes.log")))
-        result["nodes"] = records
-        svg_plot.write(os.path.join(args.svg_dir, "startup_nodes.svg"), records,
-                       "Start-up against simulated nodes (one launcher per loopback address)",
-                       "nodes (log scale)", subtitle=subtitle, goal=(256, 10.0, "goal: 256 nodes in 10 s"))
-        print(ratio_rows(records, SERIES_NAMES["ours nodes"], SERIES_NAMES["torchrun c10d"]))
-    if "store" in only:
-        records = named(run_part_script(
-            "store_load.py", ["--ranks", args.store_ranks, "--reps", str(args.reps), "--procs", "16",
-                              "--build_dir", args.build_dir],
-            os.path.join(work, "store.json"), os.path.join(work, "store.log")))
-        result["store"] = records
-        svg_plot.write(os.path.join(args.svg_dir, "store_rendezvous.svg"), records,
-                       "Store rendezvous against simulated ranks (publish, barrier, read peers)",
-                       "simulated ranks (log scale)", subtitle=subtitle,
-                       goal=(4096, 5.0, "goal: 4,096 ranks in 5 s"))
-        print(ratio_rows(records, SERIES_NAMES["ours store"], SERIES_NAMES["torch TCPStore"]))
+    # Each part: its script and arguments, its picture, and the two series its table compares.
+    parts = {
+        "ranks": ("startup_scale.py",
+                  ["--ranks", args.ranks, "--reps", str(args.reps), "--build_dir", args.build_dir,
+                   "--ref_max_ranks", str(args.torch_max_ranks),
+                   *(["--baseline_build_dir", args.before_build] if args.before_build else [])],
+                  "startup_ranks.svg", "Start-up against ranks on one machine (launch to every rank exited)",
+                  "ranks (processes on one machine, log scale)", (128, 2.0, "goal: 128 ranks in 2 s"),
+                  ("ours", "torchrun")),
+        "nodes": ("scale_nodes.py",
+                  ["--nodes", args.nodes, "--repeat", str(args.reps), "--build", args.build_dir,
+                   "--torch_max_nodes", str(args.torch_max_nodes),
+                   *(["--before_build", args.before_build] if args.before_build else [])],
+                  "startup_nodes.svg", "Start-up against simulated nodes (one launcher per loopback address)",
+                  "nodes (log scale)", (256, 10.0, "goal: 256 nodes in 10 s"),
+                  ("ours nodes", "torchrun c10d")),
+        "store": ("store_load.py",
+                  ["--ranks", args.store_ranks, "--reps", str(args.reps), "--procs", "16",
+                   "--build_dir", args.build_dir],
+                  "store_rendezvous.svg", "Store rendezvous against simulated ranks (publish, barrier, read peers)",
+                  "simulated ranks (log scale)", (4096, 5.0, "goal: 4,096 ranks in 5 s"),
+                  ("ours store", "torch TCPStore")),
+    }
+    for part, (script, script_args, svg, title, x_label, goal, (ours, ref)) in parts.items():
+        if part not in only:
+            continue
+        records = named(run_part_script(script, script_args, os.path.join(work, f"{part}.json"),
+                                        os.path.join(work, f"{part}.log")))
+        result[part] = records
+        svg_plot.write(os.path.join(args.svg_dir, svg), records, title, x_label, subtitle=subtitle, goal=goal)
+        print(ratio_rows(records, SERIES_NAMES[ours], SERIES_NAMES[ref]))
     with open(os.path.join(work, "scale.json"), "w") as f:
         json.dump(result, f, indent=1)
     print(f"# records: {os.path.join(work, 'scale.json')}; curves: {args.svg_dir}", flush=True)

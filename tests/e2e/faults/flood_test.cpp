@@ -1,4 +1,4 @@
-// A stranger's connections against a real training job (issue 28 item 1): `launch` runs
+// A stranger's connections against a real training job: `launch` runs
 // train_mnist under `ulimit -n 1024` while this test holds thousands of idle connections and
 // sends garbage to rank 0's store. The job must end as an undisturbed run of the same seed ends
 // (the same parameters), with logs of about the same size: the store's caps, short pre-auth

@@ -1,4 +1,4 @@
-// What a job writes and what its workers inherit (issue 28, items 3 and 7), with the built
+// What a job writes and what its workers inherit, with the built
 // `launch` and hello_worker:
 // - links planted in the log folder as the files the launcher writes (workerlog.N, stacks.N.txt,
 //   report.json, report.html, error.N.json) are not followed: their targets stay as they were and

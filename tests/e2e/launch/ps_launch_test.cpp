@@ -248,7 +248,7 @@ TEST(PsLaunch, ExplicitListsStartTheEntriesOfNodeIp) {
   expect_nothing_left(every_group(b));
 }
 
-// Lists across hosts without DDL_JOB_ID/DDL_JOB_SECRET run as Paddle runs them (issue 27): a
+// Lists across hosts without DDL_JOB_ID/DDL_JOB_SECRET run as Paddle runs them: a
 // static job whose id every host derives alike; a site that demands a secret gets a refusal.
 TEST(PsLaunch, ExplicitListsRefuseANodeWithNothingAndDeriveAMissingIdentity) {
   TempDir tmp;

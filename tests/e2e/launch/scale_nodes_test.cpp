@@ -1,13 +1,10 @@
-// Issue 29: a job of 32 simulated nodes (one `launch` per loopback address, 127.0.0.1 .. .32, one
+// A job of 32 simulated nodes (one `launch` per loopback address, 127.0.0.1 .. .32, one
 // hello_worker each, joined through node 0's control store) joins, runs and finishes; stops on
 // every node, naming the failed node's rank, when one worker fails; and with --max_restarts
 // restarts as one, every node in the next generation. Larger counts are timed by
 // bench/scale_nodes.py.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <memory>
@@ -15,6 +12,7 @@
 
 #include "env/contract.h"
 #include "tests/e2e/launch/launch_helpers.h"
+#include "tests/support/ports.h"
 
 namespace {
 
@@ -25,33 +23,14 @@ constexpr const char* kSecret = "scale-nodes-test-secret";
 
 std::string node_ip(int node) { return "127.0.0." + std::to_string(node + 1); }
 
-bool bindable(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<std::uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-  ::close(fd);
-  return ok;
-}
-
-// --master_port P: rank 0 takes P, the control store P + 1. Both above Linux's ephemeral range
-// (32768..60999 by default): 31 launchers retrying their connects to P + 1 before node 0 binds
-// it take ephemeral ports of 127.0.0.1 by the hundred, and one of them can be P + 1 itself.
-int master_port() {
-  for (int port = 61000 + static_cast<int>(::getpid() % 1000) * 4; port < 65000; port += 2) {
-    if (bindable(port) && bindable(port + 1)) return port;
-  }
-  throw std::runtime_error("no two free ports in 61000..65000 on 127.0.0.1");
-}
-
 // kNodes launchers, node i on node_ip(i), each with its own scratch folder and log folder.
 class Nodes {
  public:
   Nodes(const std::vector<std::string>& extra, const std::vector<std::string>& worker,
         const std::string& fault = "") {
-    const int port = master_port();
+    // --master_port P: rank 0 takes P, the control store P + 1; 31 launchers retry their
+    // connects to P + 1 before node 0 binds it.
+    const int port = ddl::testing::free_port_pair_above_ephemeral();
     ddl::env::EnvMap env{{ddl::env::kJobSecret, kSecret}};
     if (!fault.empty()) env[ddl::env::kFault] = fault;
     for (int i = 0; i < kNodes; ++i) {

@@ -1,4 +1,4 @@
-// Paddle users' flags, run by the built `launch` (issue 27): FLAGS_selected_gpus as Paddle's own
+// Paddle users' flags, run by the built `launch`: FLAGS_selected_gpus as Paddle's own
 // test scripts print it (nproc_process.py) under each launcher's spelling; Paddle 2.x's log
 // folder as its test_run.py counts it (the workers' logs and <job_id>.<pod>.log, the run report
 // in LOG_DIR.launch); --backend; --auto_parallel_config. The scripts use the standard library

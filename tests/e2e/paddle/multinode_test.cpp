@@ -1,4 +1,4 @@
-// Multi-node jobs without DDL_JOB_SECRET (issue 27): two `launch` processes on 127.0.0.1 and
+// Multi-node jobs without DDL_JOB_SECRET: two `launch` processes on 127.0.0.1 and
 // 127.0.0.2 in Paddle's static spelling (--cluster_node_ips/--node_ip), PaddleCloud's variables
 // (automatic and --use_paddlecloud, with node 0 alone as Paddle's own tests run it, the abort
 // case included), FLAGS_START_PORT, torchrun's spelling without a secret, and the refusal a site

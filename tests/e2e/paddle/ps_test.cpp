@@ -1,4 +1,4 @@
-// Parameter-server jobs as Paddle users run them (issue 27): the fleet launcher's and Paddle 1.8's
+// Parameter-server jobs as Paddle users run them: the fleet launcher's and Paddle 1.8's
 // test_launch_ps.sh / test_fleet_launch_ps.sh command lines, Paddle 2.x's --run_mode=ps, and
 // heterogeneous jobs (--heter_worker_num, --heter_workers, --heter_devices). The program is a
 // standard-library Python script that reads Paddle's variables as Paddle's scripts do: servers and

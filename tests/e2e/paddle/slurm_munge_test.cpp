@@ -1,4 +1,4 @@
-// Issue 27, item 2 (Slurm): a multi-node job inside a Slurm allocation needs no DDL_JOB_SECRET:
+// A multi-node job inside a Slurm allocation needs no DDL_JOB_SECRET:
 // the launchers admit each other with munge credentials and node 0 hands every node the
 // workers' secret. Two `launch` processes on 127.0.0.1 / 127.0.0.2 get the variables srun gives
 // its tasks (SLURM_JOB_NODELIST, SLURM_NNODES, SLURM_NODEID, SLURM_JOB_ID) and a munged of the

@@ -1,5 +1,5 @@
 // `srun -N2 launch ...` on the two-node Slurm cluster of scripts/slurm_cluster.sh WITHOUT
-// DDL_JOB_SECRET (issue 27): the launchers admit each other with credentials of the cluster's
+// DDL_JOB_SECRET: the launchers admit each other with credentials of the cluster's
 // munged (found through slurm.conf's AuthInfo, as srun passes SLURM_CONF), every worker of both
 // nodes gets node 0's secret, and a client presenting a credential for another job, or a plain
 // secret, is refused by node 0's control store while the job runs. Torch-free (hello_worker), so

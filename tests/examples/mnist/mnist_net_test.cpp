@@ -243,7 +243,7 @@ TEST(Checkpoint, FailedWriteKeepsThePreviousCheckpointAndNoTemporary) {
   EXPECT_EQ(dir.entries(), (std::set<std::string>{"ck"}));
 }
 
-// Links planted as the checkpoint's temporary and as the checkpoint itself (issue 28): neither
+// Links planted as the checkpoint's temporary and as the checkpoint itself: neither
 // target is written; the checkpoint is a file of its own that loads.
 TEST(Checkpoint, PlantedLinksAreNotWrittenThrough) {
   TempDir dir, outside("ddl_ckpt_outside");

@@ -219,7 +219,7 @@ TEST(Options, HostNamesAreAcceptedInTheNodeList) {
 namespace ddl::launcher {
 namespace {
 
-// PaddleCloud's variables (issue 27) and FLAGS_START_PORT.
+// PaddleCloud's variables and FLAGS_START_PORT.
 LaunchOptions parse_env(std::vector<std::string> args, const env::EnvMap& env) {
   args.insert(args.begin(), "launch");
   std::vector<const char*> argv;

@@ -1,5 +1,5 @@
 // Whose flags a command line uses (LaunchOptions::dialect), --backend, --legacy and the Paddle
-// flags launch refuses (--auto_parallel_config, --auto_tuner_json, ...) (issue 27).
+// flags launch refuses (--auto_parallel_config, --auto_tuner_json, ...).
 #include <gtest/gtest.h>
 
 #include <string>

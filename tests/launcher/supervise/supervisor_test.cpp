@@ -365,7 +365,7 @@ TEST(SupervisorServerGrace, ANodeOfServersAloneWaitsForThem) {
   EXPECT_TRUE(contains(log.str(), "all 2 worker(s) exited with code 0")) << log.str();
 }
 
-// Issue 28: rank 0 fails first (its error line) but takes a while to exit; rank 1 sees the
+// Rank 0 fails first (its error line) but takes a while to exit; rank 1 sees the
 // connection close and exits at once. The summary names rank 0's failure, not rank 1's echo.
 TEST(SupervisorFailures, TheFirstFailureByTimeIsNamedNotItsEchoOnAnotherRank) {
   TempDir dir;
