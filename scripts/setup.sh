@@ -29,6 +29,12 @@ packages=(
   # Under Slurm the launchers of a multi-node job admit each other with munge credentials
   # (launcher/coord/munge_auth.h): the library and its header.
   libmunge-dev
+  # The etcd control plane (--rdzv_backend=etcd, --master=etcd://): the tests start a 3-member etcd
+  # 3.4 cluster on loopback; etcdctl for checking what a job leaves behind.
+  etcd-server etcd-client
+  # Multi-node tests in network namespaces: veth pairs (iproute2), random drops (nftables),
+  # bandwidth limits (tc tbf, iproute2).
+  iproute2 nftables
 )
 
 missing=()

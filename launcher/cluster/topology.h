@@ -52,7 +52,9 @@ struct NodeTopology {
   std::vector<std::string> hosts;  // every node's address, when given (not with torchrun's)
   // This node's address in its workers' endpoints; unset: find the route towards control.host.
   std::optional<std::string> local_host;
-  env::Endpoint control;  // node 0's control store; meaningful when nnodes > 1
+  env::Endpoint control;  // node 0's control store; meaningful when nnodes > 1 without etcd
+  // Not empty: the etcd cluster that is the control plane (LaunchOptions::etcd_endpoints).
+  std::vector<env::Endpoint> etcd;
   std::string source;     // how the nodes were given, for messages ("--cluster_node_ips", ...)
   // Paddle's static spellings: the node list is given (--cluster_node_ips, PaddleCloud), and
   // Paddle computes every endpoint on each node without talking to the others.

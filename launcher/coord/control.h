@@ -58,6 +58,7 @@
 #include "env/contract.h"
 #include "launcher/cluster/generation.h"
 #include "launcher/coord/records.h"
+#include "launcher/coord/control_plane.h"
 #include "launcher/supervise/peers.h"
 
 namespace ddl {
@@ -69,46 +70,8 @@ struct TcpStoreOptions;
 
 namespace ddl::launcher {
 
-class MungeAdmission;
-
-// ControlOptions::node_rank for a node that has none of its own (torchrun's c10d backend,
-// Paddle's --master without --rank): see ControlChannel's constructor.
-inline constexpr int kAutoNodeRank = -1;
-
-struct ControlOptions {
-  env::Endpoint endpoint;  // node 0's control store
-  std::string job_id;      // of the control store (the same on every node)
-  std::string secret;      // DDL_JOB_SECRET
-  // Set: the launchers admit each other with munge credentials (launcher/coord/munge_auth.h)
-  // instead of `secret`: every connection presents a fresh one, node 0's store decodes it.
-  std::shared_ptr<const MungeAdmission> munge;
-  int node_rank = 0;     // or kAutoNodeRank
-  int nnodes = 2;        // the most nodes (elastic: MAX)
-  int min_nnodes = 0;    // the fewest (elastic when below nnodes); 0: nnodes, a fixed count
-  int max_restarts = 0;  // job-wide; node 0 admits waiting nodes only while restarts are left
-  std::chrono::milliseconds last_call_timeout{30'000};
-  std::chrono::milliseconds rendezvous_timeout{300'000};  // to join and agree
-  std::chrono::milliseconds heartbeat_interval{250};
-  std::chrono::milliseconds heartbeat_timeout{4'000};
-  // How long node 0 keeps the store up, after its job failed, for the other nodes to say goodbye.
-  std::chrono::milliseconds linger_timeout{15'000};
-  // Every node publishes as many endpoints as node 0 (a join with another count is an error);
-  // false for a rank mapping, whose nodes run different numbers of ranks.
-  bool equal_node_sizes = true;
-};
-
-inline constexpr std::chrono::milliseconds kControlPollInterval{100};
-
-// One generation's part of the job, as node 0 decided it.
-struct Membership {
-  Generation generation;
-  std::vector<int> nodes;                // taking part, ascending node ranks
-  std::vector<env::Endpoint> endpoints;  // every rank's, member-major
-  int position = 0;                      // this node's index in `nodes` (its node rank in plans)
-};
-
-// Move-less, copy-less: owns a server (node 0), two connections and the watch thread.
-class ControlChannel {
+// The TCP control plane. Move-less, copy-less: owns a server (node 0), two connections and the watch thread.
+class ControlChannel final : public Control {
  public:
   // Node 0 starts the server; every node connects (retrying until rendezvous_timeout). Throws
   // ControlError; for a node that finds no store at node 0's address by then, one that says node
@@ -120,15 +83,10 @@ class ControlChannel {
   explicit ControlChannel(const ControlOptions& options);
 
   // This node's rank (assigned by the constructor under kAutoNodeRank).
-  int node_rank() const { return options_.node_rank; }
-  ~ControlChannel();
+  int node_rank() const override { return options_.node_rank; }
+  ~ControlChannel() override;
   ControlChannel(const ControlChannel&) = delete;
   ControlChannel& operator=(const ControlChannel&) = delete;
-
-  struct Agreement {
-    std::string job_id;      // node 0's proposal
-    std::string job_secret;  // node 0's proposal; empty when node 0 proposed none
-  };
 
   // Publishes this node's description and endpoints (and, on node 0, `proposed_job_id` and, when
   // not empty, `proposed_job_secret`: the workers' secret of a job whose launchers were admitted
@@ -140,37 +98,37 @@ class ControlChannel {
   // decoded.
   Agreement rendezvous(const JobDescription& mine, const std::vector<env::Endpoint>& local,
                        const std::string& proposed_job_id,
-                       const std::string& proposed_job_secret = {});
+                       const std::string& proposed_job_secret = {}) override;
 
   // Joins generation `generation` (see the header comment) and returns its membership, once node
   // 0 decided it. A node that arrives late (elastic) waits to be admitted to a later generation,
   // which is then the one returned. Throws ControlError: the job failed or ended meanwhile, too
   // few nodes by the rendezvous deadline, a lost node of a fixed-size job, this node left out of
   // a generation it was restarting into, a description that differs, a lost connection.
-  Membership join_generation(Generation generation);
+  Membership join_generation(Generation generation) override;
 
   // This node's processes of `generation` failed / all exited 0 (see the header comment).
   // Thread-safe; never throw (a failure to publish is logged).
-  void report_generation_failure(Generation generation, const FailureNotice& notice);
-  void report_generation_success(Generation generation);
+  void report_generation_failure(Generation generation, const FailureNotice& notice) override;
+  void report_generation_success(Generation generation) override;
 
   // Starts the watch thread: heartbeats, the "failed" key (a failure of another node, or a lost
   // connection to node 0, becomes stop->request(code, reason)), and on node 0 the other nodes'
   // heartbeats. Throws ControlError if the watch connection cannot be made.
-  void watch(std::shared_ptr<ExternalStop> stop);
+  void watch(std::shared_ptr<ExternalStop> stop) override;
 
   // Publishes a failure of this node unless another was first. Thread-safe; never throws (a
   // failure to publish is logged).
-  void report_failure(const FailureNotice& notice);
+  void report_failure(const FailureNotice& notice) override;
 
   // Ends this node's part: the other nodes say goodbye; node 0 waits until every other node has
   // said goodbye or been declared lost, bounded by linger_timeout once a failure is known. Returns
   // the job's first failure, if any. Never throws.
-  std::optional<FailureRecord> finish();
+  std::optional<FailureRecord> finish() override;
 
   // After a failed rendezvous: the other nodes say goodbye; node 0 waits (at most linger_timeout)
   // for the nodes that joined to do so, so they can read what differed. Never throws.
-  void abandon();
+  void abandon() override;
 
  private:
   // Options for a store client of this channel: job, secret and node as configured.

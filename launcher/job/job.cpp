@@ -21,7 +21,7 @@
 #include "launcher/cluster/plan.h"
 #include "launcher/cluster/static_job.h"
 #include "launcher/cluster/topology.h"
-#include "launcher/coord/control.h"
+#include "launcher/coord/control_plane.h"
 #include "launcher/coord/munge_auth.h"
 #include "launcher/job/identity.h"
 #include "launcher/job/job_config.h"
@@ -169,6 +169,7 @@ ControlOptions control_options_for(const LaunchOptions& options, const NodeTopol
                                    std::shared_ptr<const MungeAdmission> munge) {
   ControlOptions control_options;
   control_options.endpoint = topology.control;
+  control_options.etcd_endpoints = topology.etcd;
   control_options.job_id = control_job_id(caller_job_id);
   control_options.secret = munge ? std::string() : secret;
   control_options.munge = std::move(munge);
@@ -241,7 +242,7 @@ void log_agreement(const JobConfig& config, const NodeTopology& topology,
 // when it is empty, or, with `by_munge`, launchers with a munge credential of this Slurm job);
 // fills the job id, the endpoints and the first generation this node runs (a later one for a
 // node admitted into a running elastic job), and, by munge, the workers' secret (node 0's).
-std::unique_ptr<ControlChannel> form_multi_node_job(const LaunchOptions& options,
+std::unique_ptr<Control> form_multi_node_job(const LaunchOptions& options,
                                                     const JobConfig& config, NodeTopology& topology,
                                                     const std::optional<std::string>& caller_job_id,
                                                     const std::string& secret, bool by_munge,
@@ -250,13 +251,13 @@ std::unique_ptr<ControlChannel> form_multi_node_job(const LaunchOptions& options
                                                     std::shared_ptr<ExternalStop> stop) {
   std::shared_ptr<const MungeAdmission> munge =
       by_munge ? munge_admission(topology, inputs.caller_env, caller_job_id) : nullptr;
-  auto control = std::make_unique<ControlChannel>(
+  std::unique_ptr<Control> control = make_control(
       control_options_for(options, topology, caller_job_id, secret, std::move(munge)));
   topology.node_rank = control->node_rank();
 
   try {
     const std::vector<env::Endpoint> local = published_endpoints(options, config, topology);
-    const ControlChannel::Agreement agreement = control->rendezvous(
+    const Control::Agreement agreement = control->rendezvous(
         describe_job(options, topology), local, job_id, by_munge ? inputs.job_secret : "");
     job_id = agreement.job_id;
     if (by_munge) {
@@ -671,7 +672,7 @@ class JobRun {
   std::optional<std::string> caller_job_id_;
   Identity identity_;
   std::string job_id_;
-  std::unique_ptr<ControlChannel> control_;  // a multi-node job's
+  std::unique_ptr<Control> control_;  // a multi-node job's
   Generation first_generation_;
   std::shared_ptr<ExternalStop> stop_ = std::make_shared<ExternalStop>();
   std::optional<ScratchDir> scratch_;

@@ -108,6 +108,12 @@ struct LaunchOptions {
   // --master_addr (not --master, --rdzv_endpoint or the c10d backend): torchrun's static
   // rendezvous, where MASTER_ADDR:MASTER_PORT is rank 0's store.
   bool static_master = false;
+  // --rdzv_backend=etcd|etcd-v2 with --rdzv_endpoint=HOST:PORT[,HOST:PORT...], or Paddle 2.x's
+  // --master=etcd://HOST:PORT[,...]: the etcd cluster that is the job's control plane (its
+  // members' client endpoints; port default 2379). Not empty: no node hosts a control store,
+  // node ranks are handed out by etcd unless given (auto_node_rank), and master_addr/master_port
+  // are unset.
+  std::vector<env::Endpoint> etcd_endpoints;
   std::optional<int> started_port;  // --started_port (or FLAGS_START_PORT); unset: see flags.md
   // --use_paddlecloud (Paddle 1.8): the nodes come from PaddleCloud's variables
   // (env/scheduler.h, launcher/cluster/topology.h), which must then be set.

@@ -1,0 +1,121 @@
+// The control plane of a multi-node job: what the launchers of its nodes agree on through it
+// (join, generations, failures, heartbeats, elastic admission), as one interface with two
+// implementations:
+// - ControlChannel (launcher/coord/control.h): node 0's launcher hosts a TCP control store and
+//   decides for the job; the job lives as long as node 0 does (as torchrun's c10d rendezvous).
+// - EtcdControl (launcher/coord/etcd_control.h): an etcd cluster holds the job's state under the
+//   job's prefix; no node is special, so the job survives the loss of any node (as torchrun's
+//   etcd rendezvous and Paddle's etcd master).
+// make_control() picks one from ControlOptions::etcd_endpoints; nothing above this interface
+// (launcher/job/) knows which.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "env/contract.h"
+#include "launcher/cluster/generation.h"
+#include "launcher/coord/records.h"
+#include "launcher/supervise/peers.h"
+
+namespace ddl::launcher {
+
+class MungeAdmission;
+
+// ControlOptions::node_rank for a node that has none of its own (torchrun's c10d and etcd
+// backends, Paddle's --master without --rank): the control plane hands node ranks out.
+inline constexpr int kAutoNodeRank = -1;
+
+struct ControlOptions {
+  env::Endpoint endpoint;  // node 0's control store (TCP control plane)
+  // Not empty: the etcd cluster that holds the job's state (its members' client endpoints, tried
+  // in order), and `endpoint` is not used.
+  std::vector<env::Endpoint> etcd_endpoints;
+  std::string job_id;  // of the control store (the same on every node); etcd: the key prefix's
+  std::string secret;  // DDL_JOB_SECRET
+  // Set: the launchers admit each other with munge credentials (launcher/coord/munge_auth.h)
+  // instead of `secret`: every connection presents a fresh one, node 0's store decodes it.
+  std::shared_ptr<const MungeAdmission> munge;
+  int node_rank = 0;     // or kAutoNodeRank
+  int nnodes = 2;        // the most nodes (elastic: MAX)
+  int min_nnodes = 0;    // the fewest (elastic when below nnodes); 0: nnodes, a fixed count
+  int max_restarts = 0;  // job-wide; node 0 admits waiting nodes only while restarts are left
+  std::chrono::milliseconds last_call_timeout{30'000};
+  std::chrono::milliseconds rendezvous_timeout{300'000};  // to join and agree
+  std::chrono::milliseconds heartbeat_interval{250};
+  std::chrono::milliseconds heartbeat_timeout{4'000};
+  // How long node 0 keeps the store up, after its job failed, for the other nodes to say goodbye.
+  std::chrono::milliseconds linger_timeout{15'000};
+  // Every node publishes as many endpoints as node 0 (a join with another count is an error);
+  // false for a rank mapping, whose nodes run different numbers of ranks.
+  bool equal_node_sizes = true;
+
+  bool etcd() const { return !etcd_endpoints.empty(); }
+};
+
+inline constexpr std::chrono::milliseconds kControlPollInterval{100};
+
+// One generation's part of the job, as the control plane decided it.
+struct Membership {
+  Generation generation;
+  std::vector<int> nodes;                // taking part, ascending node ranks
+  std::vector<env::Endpoint> endpoints;  // every rank's, member-major
+  int position = 0;                      // this node's index in `nodes` (its node rank in plans)
+};
+
+// One node's view of the job's control plane. Its methods are called from the launcher's
+// supervising thread, except the report_* ones (any thread). Errors are ControlError.
+class Control {
+ public:
+  virtual ~Control() = default;
+
+  // This node's rank (assigned by the control plane under kAutoNodeRank).
+  virtual int node_rank() const = 0;
+
+  struct Agreement {
+    std::string job_id;      // the first node's proposal (node 0's on the TCP control plane)
+    std::string job_secret;  // its proposal; empty when it made none
+  };
+
+  // Publishes this node's description and endpoints (and its proposals of a job id and, when not
+  // empty, of the workers' secret) and compares descriptions. Throws ControlError for a
+  // mismatch, a second launcher claiming this node rank, a node missing at the deadline, or a
+  // lost connection.
+  virtual Agreement rendezvous(const JobDescription& mine, const std::vector<env::Endpoint>& local,
+                               const std::string& proposed_job_id,
+                               const std::string& proposed_job_secret = {}) = 0;
+
+  // Joins generation `generation` and returns its membership once it is decided. A node that
+  // arrives late (elastic) waits to be admitted to a later generation, which is then the one
+  // returned. Throws ControlError: the job failed or ended meanwhile, too few nodes by the
+  // rendezvous deadline, a lost node of a fixed-size job, this node left out of a generation it
+  // was restarting into, a description that differs, a lost connection.
+  virtual Membership join_generation(Generation generation) = 0;
+
+  // This node's processes of `generation` failed / all exited 0. Thread-safe; never throw.
+  virtual void report_generation_failure(Generation generation, const FailureNotice& notice) = 0;
+  virtual void report_generation_success(Generation generation) = 0;
+
+  // Starts watching the job: heartbeats (or lease keep-alives), the job's failure, the running
+  // generation's end, lost nodes; what concerns this node becomes a call on `stop`. Throws
+  // ControlError if it cannot start.
+  virtual void watch(std::shared_ptr<ExternalStop> stop) = 0;
+
+  // Publishes a failure of this node unless another was first. Thread-safe; never throws.
+  virtual void report_failure(const FailureNotice& notice) = 0;
+
+  // Ends this node's part; returns the job's first failure, if any. Never throws.
+  virtual std::optional<FailureRecord> finish() = 0;
+
+  // After a failed rendezvous: leaves so that the others can read what differed. Never throws.
+  virtual void abandon() = 0;
+};
+
+// The TCP control plane, or the etcd one when options.etcd(). Throws ControlError (see each
+// implementation's constructor).
+std::unique_ptr<Control> make_control(const ControlOptions& options);
+
+}  // namespace ddl::launcher
