@@ -171,6 +171,12 @@ ControlOptions control_options_for(const LaunchOptions& options, const NodeTopol
   control_options.endpoint = topology.control;
   control_options.etcd_endpoints = topology.etcd;
   control_options.job_id = control_job_id(caller_job_id);
+  if (!topology.etcd.empty()) {
+    // The job's keys in etcd are named after the id the user gave (torchrun's --rdzv_id,
+    // Paddle's --job_id), so that jobs sharing an etcd cluster stay apart.
+    control_options.job_id =
+        options.rdzv_id.value_or(options.job_id.value_or(caller_job_id.value_or("default")));
+  }
   control_options.secret = munge ? std::string() : secret;
   control_options.munge = std::move(munge);
   control_options.node_rank = topology.node_rank;

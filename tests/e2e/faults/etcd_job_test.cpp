@@ -1,0 +1,165 @@
+// Multi-node jobs whose control plane is a real 3-member etcd cluster (started by the test on
+// loopback): `launch` with torchrun's --rdzv_backend=etcd and Paddle's --master=etcd://, nodes on
+// 127.0.0.1, .2, .3.
+// - two nodes form the job through etcd and leave no key behind;
+// - an elastic job of 3 nodes survives SIGKILL of node 0's launcher: nodes 1 and 2 form the next
+//   generation and finish from the checkpoint (node 0 hosts nothing any more);
+// - SIGKILL of one etcd member in the middle of training does not disturb the job;
+// - etcd unreachable at start: one line naming every endpoint tried, within the deadline.
+#include <signal.h>
+
+#include <nlohmann/json.hpp>
+
+#include "launcher/coord/etcd_client.h"
+#include "tests/e2e/faults/train_job.h"
+#include "tests/support/etcd_cluster.h"
+
+namespace {
+
+using namespace ddl::launch_test;
+using nlohmann::json;
+
+constexpr milliseconds kJobTimeout{300'000};
+
+std::vector<std::string> train_args(int max_steps, const fs::path& save) {
+  return {kTrain,     "--data_dir", kData,         "--max_steps",  std::to_string(max_steps),
+          "--epochs", "1",          "--seed",      "7",            "--log_interval",
+          "5",        "--save",     save.string(), "--save_every", "10",
+          "--threads", "1"};
+}
+
+std::string node_ip(int node) { return "127.0.0." + std::to_string(node + 1); }
+
+std::vector<std::string> etcd_flags(const ddl::testing::EtcdCluster& etcd, const std::string& id,
+                                    int node, const std::string& nnodes, const fs::path& logs) {
+  return {"--rdzv_backend=etcd", "--rdzv_endpoint=" + etcd.endpoints_text(),
+          "--rdzv_id=" + id, "--nnodes=" + nnodes, "--node_rank=" + std::to_string(node),
+          "--node_ip=" + node_ip(node), "--nproc_per_node=2", "--log_dir", logs.string(),
+          "--log_level=debug", "--print_config=false", "--rendezvous_timeout=60",
+          "--kill_timeout=5"};
+}
+
+ddl::env::EnvMap job_env() { return {{ddl::env::kJobSecret, "etcd-job-test-secret"}}; }
+
+std::size_t keys_under(const ddl::testing::EtcdCluster& etcd, const std::string& prefix) {
+  ddl::etcd::ClientOptions o;
+  o.endpoints = etcd.endpoints();
+  ddl::etcd::Client client(o);
+  return client.get_prefix(prefix).kvs.size();
+}
+
+TEST(EtcdJob, TwoNodesFormTheJobThroughEtcdAndLeaveNoKeys) {
+  ddl::testing::EtcdCluster etcd(3);
+  TempDir tmp0, tmp1;
+  const fs::path logs0 = tmp0.path() / "logs", logs1 = tmp1.path() / "logs";
+  // Paddle 2.x's spelling on one node, torchrun's on the other: the same control plane.
+  LaunchRun node0(tmp0,
+                  {"--master=etcd://" + etcd.endpoints_text(), "--nnodes=2", "--rank=0",
+                   "--job_id=two-nodes", "--node_ip=" + node_ip(0), "--nproc_per_node=2",
+                   "--log_dir", logs0.string(), "--print_config=false", "hello_worker"},
+                  job_env());
+  LaunchRun node1(tmp1,
+                  {"--rdzv_backend=etcd-v2", "--rdzv_endpoint=" + etcd.endpoints_text(),
+                   "--rdzv_id=two-nodes", "--nnodes=2", "--node_ip=" + node_ip(1),
+                   "--nproc_per_node=2", "--log_dir", logs1.string(), "--print_config=false",
+                   "hello_worker"},
+                  job_env());
+  ASSERT_EQ(node0.wait(milliseconds(60'000)), 0) << node0.err() << node1.err();
+  ASSERT_EQ(node1.wait(milliseconds(60'000)), 0) << node1.err();
+  for (int r = 0; r < 4; ++r) {
+    const std::string log = worker_log(r < 2 ? logs0 : logs1, r);
+    EXPECT_TRUE(contains(log, "hello from rank " + std::to_string(r) + " of 4")) << log;
+  }
+  EXPECT_EQ(keys_under(etcd, "/ddl/"), 0u) << "every key of the job is removed at its end";
+}
+
+TEST(EtcdJob, AnElasticJobSurvivesNodeZerosLauncherBeingKilled) {
+  SKIP_WITHOUT_DATA();
+  ddl::testing::EtcdCluster etcd(3);
+  TempDir tmp0, tmp1, tmp2, shared;
+  const fs::path logs[3] = {tmp0.path() / "logs", tmp1.path() / "logs", tmp2.path() / "logs"};
+  const fs::path save = shared.path() / "ck";
+  auto args = [&](int node) {
+    return concat(concat(etcd_flags(etcd, "survive-node0", node, "2:3", logs[node]),
+                         {"--max_restarts=2", "--rdzv_conf=last_call_timeout=5"}),
+                  train_args(120, save));
+  };
+  LaunchRun node0(tmp0, args(0), job_env());
+  LaunchRun node1(tmp1, args(1), job_env());
+  LaunchRun node2(tmp2, args(2), job_env());
+  // Past the first checkpoint (step 10 of the 6-rank world), then node 0's launcher dies.
+  ASSERT_TRUE(wait_until([&] { return contains(worker_log(logs[0], 0), "batch: 15,"); },
+                         milliseconds(120'000)))
+      << node0.err() << node1.err();
+  const auto pids0 = node0.worker_pids();
+  ::kill(node0.pid(), SIGKILL);
+  ASSERT_EQ(node0.wait(milliseconds(5000)), 128 + SIGKILL);
+  ASSERT_EQ(node1.wait(kJobTimeout), 0) << node1.err();
+  ASSERT_EQ(node2.wait(kJobTimeout), 0) << node2.err();
+  expect_nothing_left(pids0);
+
+  EXPECT_TRUE(contains(node1.err(), "node 0's launcher stopped answering")) << node1.err();
+  EXPECT_TRUE(contains(node1.err(), "generation 1: nodes 1, 2")) << node1.err();
+  const json s0 = summary_of(logs[1], 0);
+  ASSERT_TRUE(s0.is_object()) << worker_log(logs[1], 0);
+  EXPECT_EQ(s0["world"], 4);
+  EXPECT_EQ(s0["resumed"], true);
+  EXPECT_EQ(s0["global_step"], 120);
+  EXPECT_EQ(summary_of(logs[2], 3)["param_checksum"], s0["param_checksum"]);
+  EXPECT_EQ(keys_under(etcd, "/ddl/"), 0u);
+}
+
+TEST(EtcdJob, KillingOneEtcdMemberDoesNotDisturbTheJob) {
+  SKIP_WITHOUT_DATA();
+  ddl::testing::EtcdCluster etcd(3);
+  TempDir tmp0, tmp1, shared;
+  const fs::path logs0 = tmp0.path() / "logs", logs1 = tmp1.path() / "logs";
+  const fs::path save = shared.path() / "ck";
+  LaunchRun node0(tmp0, concat(etcd_flags(etcd, "member-dies", 0, "2", logs0), train_args(60, save)),
+                  job_env());
+  LaunchRun node1(tmp1, concat(etcd_flags(etcd, "member-dies", 1, "2", logs1), train_args(60, save)),
+                  job_env());
+  ASSERT_TRUE(wait_until([&] { return contains(worker_log(logs0, 0), "batch: 10,"); },
+                         milliseconds(120'000)))
+      << node0.err() << node1.err();
+  etcd.kill(0);  // the first endpoint: the one every launcher talks to
+  ASSERT_EQ(node0.wait(kJobTimeout), 0) << node0.err();
+  ASSERT_EQ(node1.wait(kJobTimeout), 0) << node1.err();
+  EXPECT_FALSE(contains(node0.err() + node1.err(), "generation 0 failed")) << node0.err();
+  const json s0 = summary_of(logs0, 0);
+  ASSERT_TRUE(s0.is_object());
+  EXPECT_EQ(s0["resumed"], false) << "no restart";
+  EXPECT_EQ(s0["global_step"], 60);
+}
+
+TEST(EtcdJob, UnreachableEtcdIsOneLineNamingEveryEndpoint) {
+  TempDir tmp;
+  std::string endpoints;
+  for (int i = 0; i < 3; ++i) {
+    endpoints += (i ? "," : "") + std::string("127.0.0.1:") + std::to_string(free_loopback_port());
+  }
+  LaunchRun node(tmp,
+                 {"--rdzv_backend=etcd", "--rdzv_endpoint=" + endpoints, "--nnodes=2",
+                  "--rendezvous_timeout=3", "--nproc_per_node=1", "--print_config=false",
+                  "hello_worker"},
+                 job_env());
+  ASSERT_EQ(node.wait(milliseconds(20'000)), 2) << node.err();
+  EXPECT_LT(node.elapsed(), milliseconds(12'000));
+  const std::string err = node.err();
+  std::size_t lines = 0;
+  std::string error_line;
+  std::istringstream in(err);
+  for (std::string line; std::getline(in, line);) {
+    if (contains(line, "no etcd member answered")) {
+      ++lines;
+      error_line = line;
+    }
+  }
+  EXPECT_EQ(lines, 1u) << err;
+  std::istringstream list(endpoints);
+  for (std::string ep; std::getline(list, ep, ',');) {
+    EXPECT_TRUE(contains(error_line, ep)) << error_line;
+  }
+}
+
+}  // namespace
