@@ -115,9 +115,11 @@ EtcdControl::EtcdControl(const ControlOptions& options) : options_(options) {
       throw ControlError("etcd at " + client_->endpoints_text() + ": " + e.what());
     }
   }
+  last_kept_ms_ = std::chrono::duration_cast<milliseconds>(Clock::now().time_since_epoch()).count();
   try {
     join_run(*client_);
     claim_rank(*client_);
+    keep_client_ = client_->clone();
   } catch (const etcd::EtcdError& e) {
     try {
       client_->revoke_lease(lease_);
@@ -126,10 +128,62 @@ EtcdControl::EtcdControl(const ControlOptions& options) : options_(options) {
     throw ControlError("node " + std::to_string(options_.node_rank) + ": etcd at " +
                        client_->endpoints_text() + ": " + e.what());
   }
+  keeper_ = std::thread([this] { keep_loop(); });
+}
+
+void EtcdControl::keep_loop() {
+  while (!keeper_stopping_) {
+    try {
+      if (keep_client_->keep_alive(lease_) <= 0) {
+        lease_expired_ = true;
+        return;
+      }
+      last_kept_ms_ =
+          std::chrono::duration_cast<milliseconds>(Clock::now().time_since_epoch()).count();
+    } catch (const etcd::EtcdError& e) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      last_keep_error_ = e.what();
+    }
+    std::unique_lock<std::mutex> lock(stop_mutex_);
+    stop_cv_.wait_for(lock, options_.heartbeat_interval,
+                      [this] { return keeper_stopping_.load(); });
+  }
+}
+
+void EtcdControl::stop_keeper() {
+  {
+    std::lock_guard<std::mutex> lock(stop_mutex_);
+    keeper_stopping_ = true;
+  }
+  stop_cv_.notify_all();
+  if (keeper_.joinable()) keeper_.join();
+}
+
+std::optional<std::string> EtcdControl::lease_trouble() const {
+  if (lease_expired_) {
+    return "this node's etcd lease expired (no keep-alive reached " + client_->endpoints_text() +
+           " within " + seconds_text(options_.heartbeat_timeout) +
+           " s): the other nodes take it for lost and go on without it";
+  }
+  const milliseconds silent =
+      std::chrono::duration_cast<milliseconds>(Clock::now().time_since_epoch()) -
+      milliseconds(last_kept_ms_.load());
+  if (silent < options_.heartbeat_timeout) return std::nullopt;
+  std::string reason;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    reason = last_keep_error_;
+  }
+  return "etcd stopped answering at " + client_->endpoints_text() + " for " +
+         seconds_text(silent) + " s (the heartbeat timeout is " +
+         seconds_text(options_.heartbeat_timeout) +
+         " s), so the other nodes take this node for lost" +
+         (reason.empty() ? std::string() : ": " + reason);
 }
 
 EtcdControl::~EtcdControl() {
   stop_watcher();
+  stop_keeper();
   if (!left_ && !lost_) {
     try {
       leave();
@@ -609,8 +663,6 @@ void EtcdControl::watch_loop(std::shared_ptr<ExternalStop> stop) {
   etcd::Client& client = *watch_client_;
   const int me = options_.node_rank;
   const bool elastic = options_.min_nnodes > 0 && options_.min_nnodes < options_.nnodes;
-  auto last_reached = Clock::now();  // the last time etcd answered
-  auto next_beat = Clock::now();
   bool delivered = false;            // the job's failure was passed on
   std::set<int> ended;               // generations whose end was passed on
   std::set<std::pair<int, int>> declared;  // (generation, node) losses and admissions published
@@ -627,15 +679,9 @@ void EtcdControl::watch_loop(std::shared_ptr<ExternalStop> stop) {
   };
   while (!stopping_) {
     try {
-      const auto now = Clock::now();
-      if (now >= next_beat) {
-        if (client.keep_alive(lease_) <= 0) {
-          lose("this node's etcd lease expired (no keep-alive reached " +
-               client.endpoints_text() + " within " + seconds_text(options_.heartbeat_timeout) +
-               " s): the other nodes take it for lost and go on without it");
-          return;
-        }
-        next_beat = now + options_.heartbeat_interval;
+      if (const std::optional<std::string> trouble = lease_trouble()) {
+        lose(*trouble);
+        return;
       }
       int generation;
       std::vector<int> members;
@@ -645,7 +691,6 @@ void EtcdControl::watch_loop(std::shared_ptr<ExternalStop> stop) {
         members = current_members_;
       }
       const View view = read_view(client, generation);
-      last_reached = Clock::now();
       revision = view.revision;
       if (view.failed && !delivered) {
         delivered = true;
@@ -723,16 +768,13 @@ void EtcdControl::watch_loop(std::shared_ptr<ExternalStop> stop) {
           }
         }
       }
-      const auto until_beat = std::chrono::duration_cast<milliseconds>(next_beat - Clock::now());
-      wait_change(client, revision, std::clamp(until_beat, milliseconds(1), options_.heartbeat_interval));
+      wait_change(client, revision, options_.heartbeat_interval);
     } catch (const etcd::EtcdError& e) {
       if (stopping_) return;
-      const auto silent = Clock::now() - last_reached;
-      if (silent >= options_.heartbeat_timeout) {
-        lose("etcd stopped answering at " + client.endpoints_text() + " for " +
-             seconds_text(std::chrono::duration_cast<milliseconds>(silent)) +
-             " s (the heartbeat timeout is " + seconds_text(options_.heartbeat_timeout) +
-             " s), so the other nodes take this node for lost: " + e.what());
+      // The keeper decides when silence means this node is lost; until then, try again.
+      spdlog::debug("{}: {}", where(), e.what());
+      if (const std::optional<std::string> trouble = lease_trouble()) {
+        lose(*trouble);
         return;
       }
       std::unique_lock<std::mutex> lock(stop_mutex_);
@@ -784,6 +826,7 @@ void EtcdControl::leave() {
 
 std::optional<FailureRecord> EtcdControl::finish() {
   stop_watcher();
+  stop_keeper();
   std::optional<FailureRecord> failure;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -819,6 +862,7 @@ std::optional<FailureRecord> EtcdControl::finish() {
 
 void EtcdControl::abandon() {
   stop_watcher();
+  stop_keeper();
   if (left_ || lost_) return;
   try {
     leave();

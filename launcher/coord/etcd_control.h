@@ -103,7 +103,13 @@ class EtcdControl final : public Control {
   void check_description(etcd::Client& client);
 
   void watch_loop(std::shared_ptr<ExternalStop> stop);
+  // The keeper thread: renews the lease every heartbeat_interval from the constructor on (a node
+  // waiting long in the rendezvous must not be taken for lost), and records how it went.
+  void keep_loop();
   void stop_watcher();
+  void stop_keeper();
+  // Why this node lost the job (its lease expired, etcd silent for heartbeat_timeout), if it did.
+  std::optional<std::string> lease_trouble() const;
   void leave();  // bye, revoke the lease, and the last one out deletes the run
 
   ControlOptions options_;
@@ -116,9 +122,15 @@ class EtcdControl final : public Control {
   std::unique_ptr<etcd::Client> watch_client_;
   std::thread watcher_;
   std::atomic<bool> stopping_{false};
-  std::mutex stop_mutex_;
+  std::mutex stop_mutex_;  // with stop_cv_: wakes the watcher and the keeper when they stop
   std::condition_variable stop_cv_;
-  std::mutex mutex_;
+  std::unique_ptr<etcd::Client> keep_client_;
+  std::thread keeper_;
+  std::atomic<bool> keeper_stopping_{false};
+  std::atomic<bool> lease_expired_{false};
+  std::atomic<std::int64_t> last_kept_ms_{0};  // steady clock, when etcd last renewed the lease
+  std::string last_keep_error_;                // under mutex_
+  mutable std::mutex mutex_;
   std::set<int> checked_;        // nodes whose description was compared with this node's
   int current_generation_ = -1;  // the generation last joined
   std::vector<int> current_members_;

@@ -59,6 +59,53 @@ bool wait_for(const std::function<bool()>& done, milliseconds timeout) {
   return true;
 }
 
+// A node in a process of its own that joins generation 0 of a `nnodes` job as node `node`, says
+// so through a pipe and waits to be SIGKILLed: a launcher that dies without a goodbye. Forked
+// before the calling test starts any thread.
+struct DoomedNode {
+  DoomedNode(const ControlOptions& options, const std::vector<env::Endpoint>& local) {
+    int fds[2];
+    if (::pipe(fds) != 0) throw std::runtime_error("pipe");
+    pid = ::fork();
+    if (pid < 0) throw std::runtime_error("fork");
+    if (pid == 0) {
+      ::close(fds[0]);
+      try {
+        EtcdControl c(options);
+        c.rendezvous(description(2), local, "j");
+        c.watch(std::make_shared<ExternalStop>());
+        c.join_generation(Generation());
+        const char ok = 1;
+        if (::write(fds[1], &ok, 1) != 1) ::_exit(3);
+        ::pause();
+      } catch (...) {
+        ::_exit(2);
+      }
+      ::_exit(0);
+    }
+    ::close(fds[1]);
+    ready = fds[0];
+  }
+  // True once the node joined generation 0.
+  bool joined() {
+    char byte = 0;
+    return ::read(ready, &byte, 1) == 1;
+  }
+  void kill() {
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+      pid = -1;
+    }
+  }
+  ~DoomedNode() {
+    kill();
+    ::close(ready);
+  }
+  pid_t pid = -1;
+  int ready = -1;
+};
+
 std::size_t keys_under(const std::vector<env::Endpoint>& etcd, const std::string& prefix) {
   etcd::ClientOptions o;
   o.endpoints = etcd;
@@ -202,26 +249,7 @@ TEST_F(EtcdControlTest, AStaleRunOfTheSameJobIdIsReplaced) {
 // runs: its lease expires, the others fail generation 0, form generation 1 without it, and the
 // job goes on.
 TEST_F(EtcdControlTest, TheJobSurvivesNodeZerosLauncherBeingKilled) {
-  int ready[2];
-  ASSERT_EQ(::pipe(ready), 0);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    ::close(ready[0]);
-    try {
-      EtcdControl c(options(0, 3, 2));
-      c.rendezvous(description(2), endpoints("127.0.0.1", 9000, 2), "j");
-      c.watch(std::make_shared<ExternalStop>());
-      c.join_generation(Generation());
-      const char ok = 1;
-      if (::write(ready[1], &ok, 1) != 1) ::_exit(3);
-      ::pause();
-    } catch (...) {
-      ::_exit(2);
-    }
-    ::_exit(0);
-  }
-  ::close(ready[1]);
+  DoomedNode node0(options(0, 3, 2), endpoints("127.0.0.1", 9000, 2));
   auto node = [&](int rank, std::uint16_t port) {
     auto c = std::make_unique<EtcdControl>(options(rank, 3, 2));
     c->rendezvous(description(2), endpoints("127.0.0.1", port, 2), "j");
@@ -239,13 +267,10 @@ TEST_F(EtcdControlTest, TheJobSurvivesNodeZerosLauncherBeingKilled) {
   const Membership m2 = c2->join_generation(Generation());
   EXPECT_EQ(j1.get().nodes, (std::vector<int>{0, 1, 2}));
   EXPECT_EQ(m2.nodes, (std::vector<int>{0, 1, 2}));
-  char byte = 0;
-  ASSERT_EQ(::read(ready[0], &byte, 1), 1) << "node 0 did not join";
-  ::close(ready[0]);
+  ASSERT_TRUE(node0.joined()) << "node 0 did not join";
 
   const auto killed = Clock::now();
-  ::kill(child, SIGKILL);
-  ::waitpid(child, nullptr, 0);
+  node0.kill();
   ASSERT_TRUE(wait_for([&] { return stop1->generation_failure(Generation(0)).has_value(); },
                        milliseconds(8000)));
   EXPECT_LT(Clock::now() - killed, milliseconds(6000)) << "about the lease's TTL (2 s)";
@@ -268,21 +293,14 @@ TEST_F(EtcdControlTest, TheJobSurvivesNodeZerosLauncherBeingKilled) {
 
 // A fixed-size job: a node that dies ends the job on the others (named), within the lease.
 TEST_F(EtcdControlTest, AFixedJobStopsNamingTheLostNode) {
+  DoomedNode node1(options(1, 2), endpoints("127.0.0.2", 7000, 2));
   auto c0 = std::make_unique<EtcdControl>(options(0, 2));
-  auto c1_future = std::async(std::launch::async, [&] {
-    auto c = std::make_unique<EtcdControl>(options(1, 2));
-    c->rendezvous(description(2), endpoints("127.0.0.2", 7000, 2), "");
-    c->join_generation(Generation());
-    return c;
-  });
   c0->rendezvous(description(2), endpoints("127.0.0.1", 9000, 2), "j");
   c0->join_generation(Generation());
-  auto c1 = c1_future.get();
   auto stop0 = std::make_shared<ExternalStop>();
   c0->watch(stop0);
-  // A node 1 that stops renewing its lease without a goodbye: its watcher never starts and the
-  // object is leaked on purpose (its destructor would say goodbye).
-  (void)c1.release();
+  ASSERT_TRUE(node1.joined());
+  node1.kill();
   ASSERT_TRUE(wait_for([&] { return stop0->requested().has_value(); }, milliseconds(8000)));
   EXPECT_NE(stop0->requested()->second.find("node 1's launcher stopped answering"),
             std::string::npos)
