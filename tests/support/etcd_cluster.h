@@ -170,10 +170,44 @@ class EtcdCluster {
     m.process = std::make_unique<ChildProcess>(o);
   }
 
+  // One write (or, for one restarted member, a read) through `endpoints`: with the client from
+  // here, or, under a command prefix (another network namespace, which this process may have no
+  // route into), with etcdctl under the prefix. Returns why it failed, empty when it worked.
+  std::string try_request(const std::vector<env::Endpoint>& endpoints, bool write) {
+    if (prefix_.empty()) {
+      try {
+        etcd::Client client({endpoints, std::chrono::milliseconds(1'000)});
+        if (write) {
+          client.put("ddl-test/ready", "1");
+        } else {
+          client.get("ddl-test/ready");
+        }
+        return "";
+      } catch (const etcd::EtcdError& e) {
+        return e.what();
+      }
+    }
+    SpawnOptions o;
+    o.argv = prefix_;
+    o.argv[0] = program_path(o.argv[0]);
+    for (const std::string& part :
+         {std::string("/usr/bin/etcdctl"), "--endpoints=" + env::join_endpoints(endpoints),
+          std::string("--command-timeout=1s"), std::string(write ? "put" : "get"),
+          std::string("ddl-test/ready")}) {
+      o.argv.push_back(part);
+    }
+    if (write) o.argv.push_back("1");
+    o.stdout_path = dir_.path() / "etcdctl.out";
+    ChildProcess etcdctl(o);
+    const auto code = etcdctl.wait(std::chrono::seconds(5));
+    if (code && *code == 0) return "";
+    return "etcdctl: " + (code ? "exit " + std::to_string(*code) : std::string("no exit in 5 s")) +
+           ": " + tail(etcdctl.out(), 500);
+  }
+
   // Waits until a write (or, for one restarted member, a read) through `endpoints` succeeds.
   void wait_ready(const std::vector<env::Endpoint>& endpoints, std::chrono::milliseconds timeout,
                   bool write = true) {
-    etcd::Client client({endpoints, std::chrono::milliseconds(1'000)});
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     std::string last;
     while (std::chrono::steady_clock::now() < deadline) {
@@ -183,16 +217,8 @@ class EtcdCluster {
           throw std::runtime_error("etcd member " + std::to_string(i) + " exited:\n" + logs());
         }
       }
-      try {
-        if (write) {
-          client.put("ddl-test/ready", "1");
-        } else {
-          client.get("ddl-test/ready");
-        }
-        return;
-      } catch (const etcd::EtcdError& e) {
-        last = e.what();
-      }
+      last = try_request(endpoints, write);
+      if (last.empty()) return;
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     throw std::runtime_error("the etcd cluster at " + env::join_endpoints(endpoints) +
