@@ -12,7 +12,7 @@
 # DDL_ETCD_COMMAND_PREFIX runs each member under a command, e.g. "ip netns exec NS".
 # `stop` kills the members whose pids are in DIR and removes DIR (a failed `start` kills them and
 # keeps DIR for its logs). Needs etcd-server, etcd-client
-# and python3 (to pick free ports). Exit codes: 0 ready / stopped; 1 did not start; 2 usage.
+# and python3 (to find free ports). Exit codes: 0 ready / stopped; 1 did not start; 2 usage.
 set -uo pipefail
 
 usage() { echo "usage: $0 start DIR [ADDRESS] [MEMBERS] | stop DIR" >&2; exit 2; }
@@ -38,12 +38,20 @@ members="${4:-3}"
 mkdir -p "$dir" || exit 1
 read -ra prefix <<< "${DDL_ETCD_COMMAND_PREFIX:-}"
 
-# 2 x MEMBERS distinct ports, bound together to port 0 so the kernel hands out each once.
+# 2 x MEMBERS free ports above the ephemeral range (32768..60999), so that the members' connects
+# to each other cannot take one of them before it is bound.
 mapfile -t ports < <(python3 -c '
-import socket, sys
-s = [socket.socket() for _ in range(int(sys.argv[1]))]
-for x in s: x.bind(("127.0.0.1", 0))
-print("\n".join(str(x.getsockname()[1]) for x in s))' "$((2 * members))")
+import random, socket, sys
+start, found = random.randrange(4000), []
+for k in range(4000):
+    port = 61000 + (start + k) % 4000
+    with socket.socket() as s:
+        try: s.bind(("127.0.0.1", port))
+        except OSError: continue
+    found.append(port)
+    if len(found) == int(sys.argv[1]): break
+print("\n".join(map(str, found)))' "$((2 * members))")
+[[ ${#ports[@]} -eq $((2 * members)) ]] || { echo "$0: not $((2 * members)) free ports in 61000..65000" >&2; exit 1; }
 
 cluster="" endpoints=""
 for ((i = 0; i < members; i++)); do

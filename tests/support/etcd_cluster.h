@@ -3,7 +3,8 @@
 // test and killed with the object. The members listen on `address` (127.0.0.1 unless a test runs
 // them in a network namespace of its own, where `command_prefix` is e.g.
 // {"ip", "netns", "exec", "NAME"}). Ports are picked free on the loopback interface, which a fresh
-// namespace leaves unused as well.
+// namespace leaves unused as well; they lie above the ephemeral range, so that no connection takes
+// one before (or while a killed member is down, after) its member binds it.
 //
 //   EtcdCluster etcd(3);
 //   etcd::Client client({etcd.endpoints()});
@@ -25,7 +26,7 @@
 
 #include "env/contract.h"
 #include "launcher/coord/etcd_client.h"
-#include "net/ports.h"
+#include "tests/support/ports.h"
 #include "tests/support/process.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/text.h"
@@ -46,7 +47,7 @@ class EtcdCluster {
     if (::access(kEtcd, X_OK) != 0) {
       throw std::runtime_error(std::string(kEtcd) + " not found (Debian package: etcd-server)");
     }
-    const auto ports = net::pick_free_ports("127.0.0.1", 2 * members);
+    const auto ports = free_ports_above_ephemeral(2 * members);
     for (int i = 0; i < members; ++i) {
       Member m;
       m.name = "m" + std::to_string(i);
@@ -129,6 +130,24 @@ class EtcdCluster {
 
   static std::string tail(const std::string& text, std::size_t n) {
     return text.size() <= n ? text : "..." + text.substr(text.size() - n);
+  }
+
+  // `count` ports free on 127.0.0.1, above Linux's default ephemeral range (32768..60999): the
+  // members connect to each other's peer ports before all are bound, and a port from that range
+  // could be taken by such a connect (or anyone's) before its member binds it, also while a killed
+  // member is down. Spread by pid so that concurrent tests start apart.
+  static std::vector<std::uint16_t> free_ports_above_ephemeral(int count) {
+    std::vector<std::uint16_t> out;
+    const int first = 61000 + static_cast<int>(::getpid() % 500) * 8;
+    for (int k = 0; k < 4000 && static_cast<int>(out.size()) < count; ++k) {
+      const int port = 61000 + (first - 61000 + k) % 4000;
+      if (bindable_on_loopback(port)) out.push_back(static_cast<std::uint16_t>(port));
+    }
+    if (static_cast<int>(out.size()) < count) {
+      throw std::runtime_error("not " + std::to_string(count) +
+                               " free ports in 61000..65000 on 127.0.0.1");
+    }
+    return out;
   }
 
   // A program of the command prefix by its path (ChildProcess does no PATH lookup).
