@@ -102,7 +102,8 @@ struct WatchEvent {
 
 struct WatchResult {
   std::vector<WatchEvent> events;  // empty: the timeout passed first
-  // The revision to watch from next time (the last event's + 1, or the one asked for).
+  // The revision to watch from next time (the last event's + 1, or the one asked for; for a
+  // watch from 0, "from now", the revision after the member's current one when it started).
   std::int64_t next_revision = 0;
 };
 
