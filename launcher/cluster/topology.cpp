@@ -29,7 +29,7 @@ std::string join(const std::vector<std::string>& items) {
 // PaddleCloud's nodes, when they describe this job (see topology.h).
 std::optional<env::PaddleCloudNode> cloud_nodes(const LaunchOptions& o, const env::EnvMap& env) {
   if (o.ps_job()) return std::nullopt;
-  if (!o.use_paddlecloud && (o.nnodes || o.node_rank || o.master_addr)) return std::nullopt;
+  if (!o.use_paddlecloud && o.node_count_spelling()) return std::nullopt;
   std::optional<env::PaddleCloudNode> cloud = env::paddle_cloud_node(env);
   if (o.use_paddlecloud && !cloud) {
     const auto trainers = env::lookup(env, env::kTrainersNum);
@@ -46,6 +46,23 @@ std::optional<env::PaddleCloudNode> cloud_nodes(const LaunchOptions& o, const en
 
 NodeTopology resolve_topology(const LaunchOptions& o, const env::EnvMap& env) {
   NodeTopology t;
+  if (o.etcd()) {
+    // parse_options refuses these; options built another way must not reach etcd with a node
+    // list either.
+    if (o.use_paddlecloud || o.cluster_node_ips_given) {
+      throw PlanError(o.etcd_spelling + " cannot be combined with " +
+                      (o.use_paddlecloud ? "--use_paddlecloud" : "--cluster_node_ips") +
+                      ": etcd hands out the node ranks");
+    }
+    t.source = o.etcd_spelling.empty() ? std::string("etcd") : o.etcd_spelling;
+    t.etcd = o.etcd_endpoints;
+    t.nnodes = o.nnodes.value_or(1);
+    t.min_nnodes = o.min_nnodes.value_or(t.nnodes);
+    t.node_rank = o.node_rank.value_or(0);
+    t.auto_node_rank = o.auto_node_rank && t.nnodes > 1;
+    if (o.node_ip_given || t.nnodes == 1) t.local_host = o.node_ip;
+    return t;
+  }
   if (auto cloud = cloud_nodes(o, env)) {
     t.source = "PaddleCloud (" + std::string(env::kPaddleTrainers) + "=" + join(cloud->node_ips) +
                ", " + env::kTrainerId + "=" + std::to_string(cloud->node_rank) + ")";

@@ -26,7 +26,12 @@
 // every node computes the endpoints itself (launcher/cluster/static_job.h).
 // --nnodes=MIN:MAX (torchrun's elastic spelling) gives nnodes = MAX and min_nnodes = MIN; each
 // node still names itself with --node_rank (< MAX), and node 0 hosts the control store.
-// With more than one node, node 0's launcher hosts the control store at
+// - An etcd cluster (--rdzv_backend=etcd|etcd-v2 --rdzv_endpoint=H:P,..., or Paddle 2.x's
+//   --master=etcd://H:P,...): `etcd` holds its endpoints and no node hosts a control store
+//   (`control` is unset); --nnodes and --node_rank as in torchrun's spelling, the ranks handed out
+//   by etcd when --node_rank is not given. It combines with no other spelling: the node flags,
+//   Slurm, MPI and PaddleCloud are not consulted.
+// With more than one node and no etcd, node 0's launcher hosts the control store at
 // <node 0's address>:<control port>, the port being --master_port, else --started_port - 1, else
 // kDefaultControlPort (29500).
 #pragma once

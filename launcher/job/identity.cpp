@@ -22,15 +22,18 @@ Identity choose_identity(const IdentityRequest& request) {
   }
   const bool static_job =
       request.listed_hosts || (request.paddle_static && !request.caller_secret);
-  if (!request.caller_secret && !static_job && request.slurm_job && !request.slurm_job->empty()) {
+  if (!request.caller_secret && !static_job && !request.etcd && request.slurm_job &&
+      !request.slurm_job->empty()) {
     return {IdentityMode::kMunge, random_hex(kJobSecretBytes)};
   }
   if (!request.caller_secret && request.require_secret) {
     throw PlanError("a job of " + std::to_string(request.nnodes) + " nodes (from " +
                     request.source + ") needs the same " + env::kJobSecret +
                     " on every node (--require_secret or " + env::kRequireSecret +
-                    " demands it): it admits the launchers to node 0's control store and the "
-                    "workers to their store. Set it before starting launch on each node, e.g. " +
+                    " demands it): it admits the launchers to " +
+                    (request.etcd ? "the job's control plane" : "node 0's control store") +
+                    " and the workers to their store. Set it before starting launch on each "
+                    "node, e.g. " +
                     kMakeSecret + " (srun passes the caller's environment on; mpirun needs -x " +
                     env::kJobSecret + " on other machines)");
   }

@@ -13,10 +13,10 @@
 //   --rdzv_endpoint, Paddle 2.x's --master, mpirun, Slurm): as torchrun runs them, the control
 //   store and the workers' stores with an empty secret, so anyone who reaches their ports can join.
 // - --require_secret, or DDL_REQUIRE_SECRET=1: a multi-node job without the secret is refused.
-// - Inside a Slurm job without it: munge credentials admit the launchers to node 0's control
-//   store (Slurm's munged shares one key across the cluster), and node 0's random secret reaches
-//   the other nodes' workers through that store (launcher/coord/munge_auth.h). This satisfies
-//   --require_secret too.
+// - Inside a Slurm job without it (and without etcd): munge credentials admit the launchers to
+//   node 0's control store (Slurm's munged shares one key across the cluster), and node 0's
+//   random secret reaches the other nodes' workers through that store
+//   (launcher/coord/munge_auth.h). This satisfies --require_secret too.
 #pragma once
 
 #include <optional>
@@ -44,6 +44,9 @@ struct IdentityRequest {
   bool require_secret = false;               // --require_secret or DDL_REQUIRE_SECRET
   std::string source;                        // how the nodes were given, for the refusal
   std::optional<std::string> slurm_job;      // SLURM_JOB_ID, when launch runs in a Slurm job
+  // The control plane is an etcd cluster: no node 0 store decodes munge credentials, so Slurm
+  // does not make it a munge job.
+  bool etcd = false;
 };
 
 struct Identity {

@@ -84,7 +84,9 @@ JobDescription describe_job(const LaunchOptions& options, const NodeTopology& to
                                                         std::to_string(options.nproc_per_node)},
       {"started_port", options.started_port ? std::to_string(*options.started_port) : "None"},
       {"worker program", std::filesystem::path(options.worker).filename().string()},
-      {"control store", topology.control.str()},
+      // Nodes may reach an etcd cluster through different members: only "etcd" must agree.
+      {"control store",
+       topology.etcd.empty() ? topology.control.str() : std::string("etcd")},
       {"max_restarts", std::to_string(options.max_restarts)},
   };
   // Only a parameter-server job has servers to agree on; a collective job's description is as
@@ -162,7 +164,13 @@ std::shared_ptr<const MungeAdmission> munge_admission(
       "slurm job " + slurm_job + ", control store '" + control_job_id(caller_job_id) + "'");
 }
 
-// How this node reaches node 0's control store; says which node this is.
+// Where the control plane is, for messages: node 0's control store, or the etcd cluster.
+std::string control_plane_where(const NodeTopology& topology) {
+  return topology.etcd.empty() ? topology.control.str()
+                               : "etcd " + env::join_endpoints(topology.etcd);
+}
+
+// How this node reaches node 0's control store (or the etcd cluster); says which node this is.
 ControlOptions control_options_for(const LaunchOptions& options, const NodeTopology& topology,
                                    const std::optional<std::string>& caller_job_id,
                                    const std::string& secret,
@@ -190,17 +198,19 @@ ControlOptions control_options_for(const LaunchOptions& options, const NodeTopol
   control_options.equal_node_sizes = !options.rank_mapping;
   if (topology.auto_node_rank) {
     control_options.node_rank = kAutoNodeRank;
-    spdlog::info("node ? of {} ({}, no node rank given: node 0 hands them out); control store at {}",
-                 topology.nnodes, topology.source, topology.control.str());
+    spdlog::info("node ? of {} ({}, no node rank given: {} hands them out); control store at {}",
+                 topology.nnodes, topology.source, topology.etcd.empty() ? "node 0" : "etcd",
+                 control_plane_where(topology));
   } else {
     spdlog::info("node {} of {} ({}); control store at {}", topology.node_rank, topology.nnodes,
-                 topology.source, topology.control.str());
+                 topology.source, control_plane_where(topology));
   }
   return control_options;
 }
 
 // The endpoints this node publishes to the others: its address (given, node 0's --master_addr
-// in torchrun's static spelling, or the route towards the control store) and its ports.
+// in torchrun's static spelling, or the route towards the control store, with etcd towards its
+// first endpoint) and its ports.
 std::vector<env::Endpoint> published_endpoints(const LaunchOptions& options,
                                                const JobConfig& config,
                                                const NodeTopology& topology) {
@@ -212,7 +222,9 @@ std::vector<env::Endpoint> published_endpoints(const LaunchOptions& options,
   } else if (hosts_master) {
     host = *options.master_addr;
   } else {
-    host = net::route_address_towards(topology.control.host, topology.control.port);
+    const env::Endpoint& towards =
+        topology.etcd.empty() ? topology.control : topology.etcd.front();
+    host = net::route_address_towards(towards.host, towards.port);
   }
   std::vector<std::uint16_t> ports =
       config.started_port
@@ -491,6 +503,7 @@ class JobRun {
     request.require_secret = options_.require_secret || secret_required_by(context_.caller_env);
     request.source = listed ? std::string("--servers/--workers") : topology_.source;
     request.slurm_job = non_empty(context_.caller_env, env::kSlurmJobId);
+    request.etcd = !topology_.etcd.empty();
     identity_ = choose_identity(request);
     // A restart of this node alone would leave the other nodes' workers behind (a local restart
     // cannot restart them), so a static job of Paddle's node list does not restart.
@@ -502,7 +515,7 @@ class JobRun {
     }
     job_id_ = caller_job_id_.value_or(random_hex(kJobIdBytes));
     inputs_.job_secret = identity_.secret;
-    const std::string notice = without_secret_notice(identity_.mode, topology_.control.str());
+    const std::string notice = without_secret_notice(identity_.mode, control_plane_where(topology_));
     if (identity_.secret.empty() && identity_.mode == IdentityMode::kStatic) spdlog::info(notice);
     if (identity_.mode == IdentityMode::kOpenControlStore) spdlog::warn(notice);
   }

@@ -421,7 +421,8 @@ std::vector<FlagSpec> nodes() {
           .paddle("PADDLE_RANK", "rank")
           .help("this node's index, 0..nnodes-1")
           .doc("this node's index, 0..nnodes-1. Without it, `--rdzv_backend=c10d` or `--master` "
-               "number the nodes in the order their launchers reach node 0.")
+               "number the nodes in the order their launchers reach node 0, and an etcd control "
+               "plane (`--rdzv_backend=etcd`, `--master=etcd://`) in the order they reach etcd.")
           .config([](const LaunchOptions& o) { return std::optional(or_none(o.node_rank)); })
           .done());
   t.push_back(
@@ -480,9 +481,13 @@ std::vector<FlagSpec> nodes() {
           .group(FlagGroup::kNodes)
           .also_in({Origin::kPaddle2})
           .paddle("PADDLE_MASTER")
-          .help("node 0's HOST:PORT, the same as --master_addr HOST --master_port PORT")
-          .doc("node 0's `HOST:PORT` (also `http://HOST:PORT`; an `etcd://` master is an error), "
-               "the same as `--master_addr HOST --master_port PORT`.")
+          .help("node 0's HOST:PORT, the same as --master_addr HOST --master_port PORT; or "
+                "etcd://HOST[:PORT][,HOST[:PORT]...], an etcd cluster as the control plane")
+          .doc("node 0's `HOST:PORT` (also `http://HOST:PORT`), the same as `--master_addr HOST "
+               "--master_port PORT`; or `etcd://HOST[:PORT][,HOST[:PORT]...]` (`etcd://` once, "
+               "port default 2379): the job's control plane is that etcd cluster, which numbers "
+               "the nodes unless `--rank` is given, as `--rdzv_backend=etcd` does; see "
+               "[Multi-node jobs](multi-node.md), section *etcd control plane*.")
           .done());
   t.push_back(
       Flag("rank_mapping_file")
@@ -525,10 +530,21 @@ std::vector<FlagSpec> rendezvous() {
           .also_in({Origin::kTorchrun})
           .pet()
           .help("node 0's HOST[:PORT] (port default 29400), the same as --master_addr HOST "
-                "--master_port PORT")
+                "--master_port PORT; with --rdzv_backend=etcd the etcd cluster's "
+                "HOST[:PORT][,HOST[:PORT]...] (port default 2379)")
           .doc("node 0's address and the control store's port (default 29400), the same as "
                "`--master_addr HOST --master_port PORT` (giving both is an error); `MASTER_PORT` "
-               "is then a free port of rank 0, as torchrun's c10d gives.")
+               "is then a free port of rank 0, as torchrun's c10d gives. With "
+               "`--rdzv_backend=etcd` or `etcd-v2` (where it is required): the etcd cluster's "
+               "client endpoints, `HOST[:PORT][,HOST[:PORT]...]`, each also `http://HOST:PORT`, "
+               "port default 2379; `--master_addr`/`--master_port` are then an error.")
+          .config([](const LaunchOptions& o) {
+            // What the rendezvous reaches, as torchrun resolves it: the etcd members, else node
+            // 0's HOST:PORT (the static backend's master_addr:master_port included).
+            if (o.etcd()) return std::optional(env::join_endpoints(o.etcd_endpoints));
+            if (!o.master_addr) return std::optional<std::string>("None");
+            return std::optional(*o.master_addr + ":" + std::to_string(o.workers_master_port()));
+          })
           .done());
   t.push_back(
       Flag("rdzv_backend")
@@ -536,10 +552,17 @@ std::vector<FlagSpec> rendezvous() {
           .group(FlagGroup::kNodes)
           .also_in({Origin::kTorchrun})
           .pet()
-          .choice({"c10d", "static"},
-                  "expected c10d or static (both: node 0 hosts the control store; etcd is not "
-                  "supported)")
-          .help("c10d or static; both mean the control store on node 0 (etcd is not supported)")
+          .choice({"c10d", "static", "etcd", "etcd-v2"},
+                  "expected c10d, static, etcd or etcd-v2 (c10d and static: node 0 hosts the "
+                  "control store; etcd and etcd-v2: an etcd cluster does)")
+          .help("c10d or static: the control store on node 0; etcd or etcd-v2: an etcd cluster "
+                "(--rdzv_endpoint) is the control plane")
+          .doc("`c10d` or `static`: node 0's launcher hosts the control store (`c10d` numbers "
+               "the nodes when `--node_rank` is not given). `etcd` or `etcd-v2` (torchrun's two "
+               "etcd backends; both mean the same here, over etcd's v3 API): the etcd cluster "
+               "named by `--rdzv_endpoint` is the job's control plane and numbers the nodes "
+               "unless `--node_rank` is given; see "
+               "[Multi-node jobs](multi-node.md), section *etcd control plane*.")
           .done());
   t.push_back(Flag("rdzv_id")
                   .value("ID")

@@ -19,7 +19,7 @@
 namespace ddl::launcher {
 
 bool LaunchOptions::node_flags_given() const {
-  return cluster_node_ips_given || node_ip_given || nnodes || node_rank || master_addr;
+  return cluster_node_ips_given || node_ip_given || node_count_spelling();
 }
 
 int LaunchOptions::node_index() const {
@@ -324,7 +324,8 @@ void parse_node_count(const GivenFlags& r, LaunchOptions& o) {
 }
 
 // Node 0 in each launcher's spelling: --master_addr/--master_port, --master, --rdzv_endpoint
-// (with --rdzv_backend); and the node rank.
+// (with --rdzv_backend); or, instead of node 0, an etcd cluster (--rdzv_backend=etcd|etcd-v2 with
+// --rdzv_endpoint, or --master=etcd://); and the node rank.
 void parse_node_zero(const GivenFlags& r, LaunchOptions& o) {
   o.node_rank = r.integer("node_rank");
   if (r.has("master_addr")) {
@@ -332,22 +333,63 @@ void parse_node_zero(const GivenFlags& r, LaunchOptions& o) {
     o.master_addr = check_ip("master_addr", v, v);
   }
   o.master_port = r.integer("master_port");
+  const std::optional<std::string> backend = r.choice("rdzv_backend");
+  const bool c10d = backend == std::optional<std::string>("c10d");
+  const bool etcd_backend = backend == std::optional<std::string>("etcd") ||
+                            backend == std::optional<std::string>("etcd-v2");
+  const auto no_master_flags = [&](const std::string& flag, const std::string& v) {
+    if (o.master_addr || o.master_port) {
+      bad_value(flag, v,
+                "the etcd cluster hands out the node ranks; --master_addr/--master_port name "
+                "no node here, drop them");
+    }
+  };
   if (r.has("master")) {
     const std::string v = r.value("master");
-    if (o.master_addr || o.master_port) {
-      bad_value("master", v, "give either --master or --master_addr/--master_port, not both");
-    }
     if (v.rfind("etcd://", 0) == 0) {
-      bad_value("master", v, "an etcd master is not supported; give node 0's HOST:PORT");
+      if (backend) {
+        bad_value("master", v,
+                  "an etcd:// master is Paddle's spelling; drop --rdzv_backend=" + *backend +
+                      " (or give --rdzv_backend=etcd --rdzv_endpoint=HOST:PORT,... instead)");
+      }
+      if (r.has("rdzv_endpoint")) {
+        bad_value("master", v,
+                  "give the etcd endpoints once: --master=etcd://... or --rdzv_endpoint, not both");
+      }
+      no_master_flags("master", v);
+      const std::string list = v.substr(7);
+      if (list.find("etcd://") != std::string::npos) {
+        bad_value("master", v, "write etcd:// once, before the list: etcd://HOST:PORT,HOST:PORT");
+      }
+      o.etcd_endpoints = parse_etcd_endpoints("master", v, list);
+      o.etcd_spelling = "--master=etcd://";
+    } else {
+      if (o.master_addr || o.master_port) {
+        bad_value("master", v, "give either --master or --master_addr/--master_port, not both");
+      }
+      const std::string hostport = v.rfind("http://", 0) == 0 ? v.substr(7) : v;
+      const auto colon = hostport.rfind(':');
+      if (colon == std::string::npos) bad_value("master", v, "expected HOST:PORT of node 0");
+      o.master_addr = check_ip("master", v, hostport.substr(0, colon));
+      o.master_port = parse_int_flag("master", hostport.substr(colon + 1), 1, 65535);
     }
-    const std::string hostport = v.rfind("http://", 0) == 0 ? v.substr(7) : v;
-    const auto colon = hostport.rfind(':');
-    if (colon == std::string::npos) bad_value("master", v, "expected HOST:PORT of node 0");
-    o.master_addr = check_ip("master", v, hostport.substr(0, colon));
-    o.master_port = parse_int_flag("master", hostport.substr(colon + 1), 1, 65535);
   }
-  const bool c10d = r.choice("rdzv_backend") == std::optional<std::string>("c10d");
-  if (r.has("rdzv_endpoint")) {
+  if (etcd_backend) {
+    const std::string spelling = "--rdzv_backend=" + *backend;
+    if (!r.has("rdzv_endpoint")) {
+      bad_value("rdzv_backend", *backend,
+                "needs --rdzv_endpoint=HOST[:PORT][,HOST[:PORT]...], the etcd cluster's client "
+                "endpoints (port default 2379)");
+    }
+    const std::string v = r.value("rdzv_endpoint");
+    if (r.has("master")) {
+      bad_value("rdzv_endpoint", v,
+                "give either --rdzv_endpoint (with " + spelling + ") or --master, not both");
+    }
+    no_master_flags("rdzv_endpoint", v);
+    o.etcd_endpoints = parse_etcd_endpoints("rdzv_endpoint", v, v);
+    o.etcd_spelling = spelling;
+  } else if (r.has("rdzv_endpoint")) {
     const std::string v = r.value("rdzv_endpoint");
     if (o.master_addr || o.master_port) {
       bad_value(
@@ -361,8 +403,8 @@ void parse_node_zero(const GivenFlags& r, LaunchOptions& o) {
                         ? kDefaultRendezvousPort
                         : parse_int_flag("rdzv_endpoint", v.substr(colon + 1), 1, 65535);
   }
-  o.static_master = r.has("master_addr") && !c10d;
-  o.auto_node_rank = !o.node_rank && (r.has("master") || c10d);
+  o.static_master = r.has("master_addr") && !c10d && !o.etcd();
+  o.auto_node_rank = !o.node_rank && (r.has("master") || c10d || o.etcd());
 }
 
 // --rank_mapping_file with --enable_auto_mapping: the file names the nodes and each node's ranks
@@ -385,10 +427,10 @@ void parse_rank_mapping_flags(const GivenFlags& r, const PsFlags& ps, const Mach
         "--rank_mapping_file places the ranks of a collective job; it cannot be "
         "combined with --server_num/--servers");
   }
-  if (o.nnodes || o.node_rank || o.master_addr) {
+  if (o.node_count_spelling()) {
     throw OptionsError(
         "--rank_mapping_file names the nodes already; drop "
-        "--nnodes/--node_rank/--master_addr/--master");
+        "--nnodes/--node_rank/--master_addr/--master/--rdzv_endpoint");
   }
   o.rank_mapping = read_rank_mapping(file);
   const RankMapping& m = *o.rank_mapping;
@@ -421,8 +463,13 @@ void parse_rank_mapping_flags(const GivenFlags& r, const PsFlags& ps, const Mach
 
 // Which spelling describes the nodes, and this node's place in them.
 void resolve_nodes(const PsFlags& ps, LaunchOptions& o) {
-  const bool torchrun_spelling = o.nnodes || o.node_rank || o.master_addr;
+  const bool torchrun_spelling = o.node_count_spelling();
   if (torchrun_spelling) {
+    if (o.cluster_node_ips_given && o.etcd()) {
+      throw OptionsError(o.etcd_spelling +
+                         " makes etcd hand out the node ranks; --cluster_node_ips (a fixed node "
+                         "list) cannot be combined with it: give --nnodes instead");
+    }
     if (o.cluster_node_ips_given) {
       throw OptionsError(
           "--cluster_node_ips and --nnodes/--node_rank/--master_addr describe the nodes twice; "
@@ -433,7 +480,7 @@ void resolve_nodes(const PsFlags& ps, LaunchOptions& o) {
       throw OptionsError("--node_rank=" + std::to_string(*o.node_rank) +
                          " is not below --nnodes=" + std::to_string(nnodes));
     }
-    if (nnodes > 1 && !o.master_addr) {
+    if (nnodes > 1 && !o.master_addr && !o.etcd()) {
       throw OptionsError("--nnodes=" + std::to_string(nnodes) +
                          " needs --master_addr (node 0's address, where the control store runs)");
     }
@@ -474,7 +521,7 @@ void resolve_explicit_endpoints(const GivenFlags& r, const PsFlags& ps, LaunchOp
       bad_value("workers", list("workers"), "endpoint '" + e.str() + "' is also in --servers");
     }
   }
-  const bool torchrun_spelling = o.nnodes || o.node_rank || o.master_addr;
+  const bool torchrun_spelling = o.node_count_spelling();
   if (torchrun_spelling || o.cluster_node_ips_given) {
     throw OptionsError(
         "--servers/--workers name every process's host; they cannot be combined with "
@@ -811,6 +858,12 @@ LaunchOptions parse_command_line(const CommandLine& command_line, const env::Env
   if (ps.ps_job) parse_heter(r, ps, o);
   parse_started_port(r, ps.ps_job, o);
   o.use_paddlecloud = r.has("use_paddlecloud");
+  if (o.use_paddlecloud && o.etcd()) {
+    throw OptionsError(
+        "--use_paddlecloud takes the nodes from PaddleCloud's variables; it cannot be combined "
+        "with " +
+        o.etcd_spelling + " (etcd hands out the node ranks)");
+  }
   o.require_secret = r.has("require_secret");
   o.print_config = r.boolean("print_config");
   o.report = r.boolean("report");

@@ -33,6 +33,8 @@ inline constexpr const char* kDefaultNodeIp = "127.0.0.1";
 inline constexpr std::chrono::milliseconds kDefaultKillTimeout{10'000};
 inline constexpr int kDefaultControlPort = 29500;  // multi-node, without --master_port/--started_port
 inline constexpr int kDefaultRendezvousPort = 29400;  // --rdzv_endpoint=HOST without a port (torchrun's)
+// An etcd endpoint without a port: etcd's client port.
+inline constexpr int kDefaultEtcdPort = 2379;
 inline constexpr int kMaxNodes = 65'536;               // --nnodes accepts 1..kMaxNodes
 inline constexpr int kMaxRestartsLimit = 1000;  // --max_restarts accepts 0..kMaxRestartsLimit
 inline constexpr int kMaxProcessesPerRole = 4096;  // --server_num / --worker_num accept 1..this
@@ -114,6 +116,9 @@ struct LaunchOptions {
   // node ranks are handed out by etcd unless given (auto_node_rank), and master_addr/master_port
   // are unset.
   std::vector<env::Endpoint> etcd_endpoints;
+  // With etcd_endpoints: the spelling that named them, for messages ("--rdzv_backend=etcd",
+  // "--rdzv_backend=etcd-v2" or "--master=etcd://").
+  std::string etcd_spelling;
   std::optional<int> started_port;  // --started_port (or FLAGS_START_PORT); unset: see flags.md
   // --use_paddlecloud (Paddle 1.8): the nodes come from PaddleCloud's variables
   // (env/scheduler.h, launcher/cluster/topology.h), which must then be set.
@@ -201,8 +206,15 @@ struct LaunchOptions {
   // This node's index in cluster_node_ips.
   int node_index() const;
   // True when any node flag was given (--cluster_node_ips, --node_ip, --nnodes, --node_rank,
-  // --master_addr): Slurm's environment is then ignored.
+  // --master_addr, etcd endpoints): Slurm's environment is then ignored.
   bool node_flags_given() const;
+  // True for torchrun's and Paddle 2.x's way of naming the nodes (--nnodes, --node_rank,
+  // --master_addr or its other spellings, or an etcd control plane), as opposed to a node list.
+  bool node_count_spelling() const {
+    return nnodes || node_rank || master_addr || !etcd_endpoints.empty();
+  }
+  // True when the control plane is an etcd cluster (etcd_endpoints not empty).
+  bool etcd() const { return !etcd_endpoints.empty(); }
   // True for --nnodes=MIN:MAX with MIN < MAX: the job runs on any number of nodes in between.
   bool elastic() const { return min_nnodes && nnodes && *min_nnodes < *nnodes; }
   // True for a parameter-server job (--server_num or --servers).

@@ -166,6 +166,43 @@ std::vector<std::string> parse_ips(const std::string& flag, const std::string& v
   return ips;
 }
 
+std::vector<env::Endpoint> parse_etcd_endpoints(const std::string& flag, const std::string& all,
+                                                const std::string& list) {
+  if (list.empty()) bad_value(flag, all, "expected etcd endpoints, HOST[:PORT][,HOST[:PORT]...]");
+  std::vector<env::Endpoint> endpoints;
+  for (const std::string& entry : split_commas(list)) {
+    if (entry.empty()) {
+      bad_value(flag, all, "an empty entry; expected HOST[:PORT][,HOST[:PORT]...] of etcd members");
+    }
+    std::string hostport = entry;
+    if (hostport.rfind("http://", 0) == 0) {
+      hostport = hostport.substr(7);
+    } else if (hostport.find("://") != std::string::npos) {
+      // https would need TLS, which the etcd client does not speak; other schemes are typos.
+      bad_value(flag, all,
+                "'" + entry + "': only http:// etcd endpoints are supported (HOST[:PORT])");
+    }
+    const auto colon = hostport.rfind(':');
+    env::Endpoint e;
+    e.host = check_ip(flag, all, colon == std::string::npos ? hostport : hostport.substr(0, colon));
+    int port = kDefaultEtcdPort;
+    if (colon != std::string::npos) {
+      try {
+        port = parse_int_flag(flag, hostport.substr(colon + 1), 1, 65535);
+      } catch (const BadValueError&) {
+        // Quote the whole value, so that a variable that gave it can be named.
+        bad_value(flag, all, "'" + entry + "': expected a port in [1, 65535] after the ':'");
+      }
+    }
+    e.port = static_cast<std::uint16_t>(port);
+    if (std::find(endpoints.begin(), endpoints.end(), e) != endpoints.end()) {
+      bad_value(flag, all, "etcd endpoint '" + e.str() + "' is listed twice");
+    }
+    endpoints.push_back(e);
+  }
+  return endpoints;
+}
+
 // --servers / --workers: host:port entries, each host a valid address, no entry twice.
 std::vector<env::Endpoint> parse_ps_endpoints(const std::string& flag, const std::string& value) {
   std::vector<env::Endpoint> endpoints;

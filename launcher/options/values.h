@@ -59,6 +59,12 @@ std::vector<int> parse_gpus(const std::string& flag, const std::string& value);
 std::string check_ip(const std::string& flag, const std::string& all, const std::string& ip);
 // Distinct addresses.
 std::vector<std::string> parse_ips(const std::string& flag, const std::string& value);
+// An etcd cluster's client endpoints: HOST[:PORT] entries, comma separated, each optionally
+// written http://HOST[:PORT] (as torchrun's etcd backends take them); port default
+// kDefaultEtcdPort, each host a valid address, no endpoint twice. `all` is the whole value as
+// typed, for the message.
+std::vector<env::Endpoint> parse_etcd_endpoints(const std::string& flag, const std::string& all,
+                                                const std::string& list);
 // --servers / --workers: host:port entries, each host a valid address, no entry twice.
 std::vector<env::Endpoint> parse_ps_endpoints(const std::string& flag, const std::string& value);
 

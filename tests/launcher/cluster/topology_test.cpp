@@ -203,6 +203,68 @@ TEST(Torchrun, BadCombinationsNameTheFlags) {
   expect_error({"--ips=node_a!,b", "w"}, "--ips");
 }
 
+// An etcd cluster as the control plane: no node hosts a control store; the node count and rank
+// come from --nnodes and --node_rank (or --rank) as in torchrun's spelling.
+TEST(Etcd, EitherSpellingGivesTheEtcdTopology) {
+  const NodeTopology t = resolve_topology(
+      parse({"--rdzv_backend=etcd", "--rdzv_endpoint=10.0.0.1:2379,http://10.0.0.2:2379",
+             "--nnodes=2:3", "w"}),
+      {});
+  EXPECT_EQ(t.etcd, (std::vector<env::Endpoint>{{"10.0.0.1", 2379}, {"10.0.0.2", 2379}}));
+  EXPECT_EQ(t.source, "--rdzv_backend=etcd");
+  EXPECT_EQ(t.nnodes, 3);
+  EXPECT_EQ(t.min_nnodes, 2);
+  EXPECT_TRUE(t.elastic());
+  EXPECT_TRUE(t.auto_node_rank);
+  EXPECT_EQ(t.control, env::Endpoint{}) << "no node hosts a control store";
+  EXPECT_TRUE(t.hosts.empty());
+  EXPECT_FALSE(t.local_host) << "found by routing towards the first etcd endpoint";
+  EXPECT_FALSE(t.paddle_static);
+
+  const NodeTopology paddle =
+      resolve_topology(parse({"--master=etcd://localhost:2379", "--nnodes=2", "--rank=1",
+                              "--node_ip=10.0.0.7", "w"}),
+                       {});
+  EXPECT_EQ(paddle.etcd, (std::vector<env::Endpoint>{{"localhost", 2379}}));
+  EXPECT_EQ(paddle.source, "--master=etcd://");
+  EXPECT_EQ(paddle.nnodes, 2);
+  EXPECT_EQ(paddle.min_nnodes, 2);
+  EXPECT_EQ(paddle.node_rank, 1);
+  EXPECT_FALSE(paddle.auto_node_rank) << "--rank given";
+  EXPECT_EQ(paddle.local_host, "10.0.0.7");
+
+  const NodeTopology single = resolve_topology(parse({"--master=etcd://localhost", "w"}), {});
+  EXPECT_FALSE(single.multi_node());
+  EXPECT_FALSE(single.auto_node_rank) << "one node has nothing to number";
+  EXPECT_EQ(single.local_host, kDefaultNodeIp);
+}
+
+TEST(Etcd, SchedulersAndNodeListsDoNotCombineWithIt) {
+  // Slurm's and PaddleCloud's variables are not consulted: etcd numbers the nodes.
+  const env::EnvMap slurm = {
+      {"SLURM_JOB_NODELIST", "n[1-2]"}, {"SLURM_NNODES", "2"},       {"SLURM_NODEID", "1"},
+      {"SLURM_JOB_ID", "7"},            {"PADDLE_TRAINERS", "10.0.0.1,10.0.0.2"},
+      {"POD_IP", "10.0.0.2"},           {"PADDLE_TRAINER_ID", "1"},  {"PADDLE_TRAINERS_NUM", "2"}};
+  const NodeTopology t = resolve_topology(
+      parse({"--rdzv_backend=etcd-v2", "--rdzv_endpoint=10.0.0.1", "--nnodes=2", "w"}), slurm);
+  EXPECT_EQ(t.source, "--rdzv_backend=etcd-v2");
+  EXPECT_FALSE(t.cloud);
+  EXPECT_TRUE(t.hosts.empty());
+  EXPECT_TRUE(t.auto_node_rank);
+
+  // Options put together without parse_options must not reach etcd with a node list either.
+  LaunchOptions o = parse({"--master=etcd://10.0.0.1", "--nnodes=2", "w"});
+  o.cluster_node_ips_given = true;
+  try {
+    resolve_topology(o, {});
+    ADD_FAILURE() << "etcd with --cluster_node_ips was accepted";
+  } catch (const PlanError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "--master=etcd:// cannot be combined with --cluster_node_ips: etcd hands out the "
+              "node ranks");
+  }
+}
+
 TEST(Options, HostNamesAreAcceptedInTheNodeList) {
   const LaunchOptions o = parse({"--ips=gpu07,gpu08.cluster", "--node_ip=gpu08.cluster", "w"});
   EXPECT_EQ(o.cluster_node_ips, (Hosts{"gpu07", "gpu08.cluster"}));

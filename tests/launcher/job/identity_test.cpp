@@ -66,6 +66,28 @@ TEST(Identity, OtherSpellingsRunUnauthenticatedOrAsRequired) {
   EXPECT_THROW(choose_identity(r), PlanError) << "required for Paddle's spelling too";
 }
 
+// No node 0 store decodes munge credentials when etcd is the control plane: inside a Slurm job
+// such a job without a secret is unauthenticated (or refused when a secret is required).
+TEST(Identity, EtcdIsNeverAMungeJob) {
+  IdentityRequest r = nodes(2);
+  r.slurm_job = "42";
+  EXPECT_EQ(choose_identity(r).mode, IdentityMode::kMunge) << "the TCP control store under Slurm";
+  r.etcd = true;
+  EXPECT_EQ(choose_identity(r).mode, IdentityMode::kOpenControlStore);
+  r.caller_secret = "s";
+  EXPECT_EQ(choose_identity(r).mode, IdentityMode::kControlStore);
+  r.caller_secret.reset();
+  r.require_secret = true;
+  try {
+    choose_identity(r);
+    FAIL() << "a required secret is missing";
+  } catch (const PlanError& e) {
+    EXPECT_NE(std::string(e.what()).find("admits the launchers to the job's control plane"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Identity, RequireSecretVariable) {
   EXPECT_FALSE(secret_required_by({}));
   EXPECT_FALSE(secret_required_by({{env::kRequireSecret, ""}}));

@@ -76,7 +76,7 @@ TEST(Options, Paddle2AndTorchrunNames) {
 
   EXPECT_NE(error_of({"--devices=0", "--gpus=1", "w"}).find("--devices"), std::string::npos);
   EXPECT_NE(error_of({"--rank=1", "--node_rank=1", "--nnodes=2", "--master_addr=h", "w"}), "");
-  EXPECT_NE(error_of({"--master=etcd://10.0.0.1:2379", "w"}).find("etcd"), std::string::npos);
+  EXPECT_NE(error_of({"--master=etcd://", "w"}).find("--master='etcd://': "), std::string::npos);
   EXPECT_NE(error_of({"--master=10.0.0.1", "w"}).find("HOST:PORT"), std::string::npos);
   EXPECT_NE(error_of({"--master=10.0.0.1:1", "--master_port=2", "w"}).find("not both"),
             std::string::npos);
@@ -400,7 +400,12 @@ TEST(EnvironmentDefaults, BadVariableIsNamedWithTheFlagItStandsFor) {
   EXPECT_EQ(error_of({"train"}, {{"PET_NNODES", "3:1"}}),
             "PET_NNODES='3:1' (for --nnodes): MIN:MAX with MIN <= MAX");
   EXPECT_EQ(error_of({"train"}, {{"PET_RDZV_BACKEND", "etcd"}})
-                .rfind("PET_RDZV_BACKEND='etcd' (for --rdzv_backend): ", 0),
+                .rfind("PET_RDZV_BACKEND='etcd' (for --rdzv_backend): needs --rdzv_endpoint", 0),
+            0u);
+  EXPECT_EQ(error_of({"train"}, {{"PET_RDZV_BACKEND", "zookeeper"}})
+                .rfind("PET_RDZV_BACKEND='zookeeper' (for --rdzv_backend): expected c10d, static, "
+                       "etcd or etcd-v2",
+                       0),
             0u);
   EXPECT_EQ(error_of({"train"}, {{"PET_MAX_RESTARTS", "-1"}})
                 .rfind("PET_MAX_RESTARTS='-1' (for --max_restarts): ", 0),
@@ -459,8 +464,10 @@ TEST(TorchrunFlags, RendezvousEndpointAndBackend) {
   EXPECT_EQ(o.master_port, 1234);
   o = parse({"--rdzv_endpoint=node0", "--nnodes=2", "--node_rank=1", "train"}, {});
   EXPECT_EQ(o.master_port, kDefaultRendezvousPort);
-  EXPECT_TRUE(error_of({"--rdzv_backend=etcd-v2", "train"}, {}).find("expected c10d or static") !=
-              std::string::npos);
+  EXPECT_TRUE(error_of({"--rdzv_backend=etcd-v2", "train"}, {})
+                  .find("--rdzv_backend='etcd-v2': needs --rdzv_endpoint") == 0);
+  EXPECT_TRUE(error_of({"--rdzv_backend=zookeeper", "train"}, {})
+                  .find("expected c10d, static, etcd or etcd-v2") != std::string::npos);
   EXPECT_TRUE(error_of({"--rdzv_endpoint=a:1", "--master_addr=a", "train"}, {})
                   .find("not both") != std::string::npos);
   EXPECT_TRUE(error_of({"--rdzv_endpoint=a:http", "train"}, {}).find("--rdzv_endpoint") == 0);
@@ -768,6 +775,156 @@ TEST(CommandLines, ConfigurationBlockUsesPaddlesLevelNumbers) {
   const std::string text = describe_options(parse({"--log_level=debug", "train"}));
   EXPECT_NE(text.find("log_level: 10\n"), std::string::npos) << text;
   EXPECT_NE(describe_options(parse({"train"})).find("log_level: 20\n"), std::string::npos);
+}
+
+
+using Endpoints = std::vector<env::Endpoint>;
+
+// torchrun's etcd backends: --rdzv_endpoint lists the etcd members, no node is the master.
+TEST(EtcdControlPlane, TorchrunBackendsTakeTheEndpointList) {
+  for (const std::string backend : {"etcd", "etcd-v2"}) {
+    const LaunchOptions o =
+        parse({"--rdzv_backend=" + backend,
+               "--rdzv_endpoint=10.0.0.1:2379,etcd-b.example,http://localhost:12379",
+               "--nnodes=2:4", "train"});
+    EXPECT_EQ(o.etcd_endpoints, (Endpoints{{"10.0.0.1", 2379},
+                                           {"etcd-b.example", kDefaultEtcdPort},
+                                           {"localhost", 12379}}))
+        << backend << ": in order, port default 2379, http:// accepted";
+    EXPECT_EQ(o.etcd_spelling, "--rdzv_backend=" + backend);
+    EXPECT_TRUE(o.etcd());
+    EXPECT_FALSE(o.master_addr);
+    EXPECT_FALSE(o.master_port);
+    EXPECT_FALSE(o.static_master);
+    EXPECT_TRUE(o.auto_node_rank) << "no --node_rank: etcd hands the ranks out";
+    EXPECT_EQ(o.nnodes, 4);
+    EXPECT_EQ(o.min_nnodes, 2);
+    EXPECT_TRUE(o.node_flags_given());
+    EXPECT_EQ(o.node_ip, kDefaultNodeIp) << "found by routing towards etcd at start";
+  }
+  const LaunchOptions ranked = parse({"--rdzv_backend=etcd", "--rdzv_endpoint=127.0.0.1:2379",
+                                      "--nnodes=3", "--node_rank=2", "train"});
+  EXPECT_EQ(ranked.node_rank, 2) << "a given node rank is kept";
+  EXPECT_FALSE(ranked.auto_node_rank);
+  const std::string described = describe_options(ranked);
+  EXPECT_NE(described.find("rdzv_endpoint: 127.0.0.1:2379\n"), std::string::npos) << described;
+  EXPECT_NE(described.find("master_addr: None\n"), std::string::npos) << described;
+  // Without etcd: node 0's HOST:PORT, as torchrun resolves the endpoint (static: MASTER_PORT).
+  EXPECT_NE(describe_options(parse({"--nnodes=2", "--master_addr=a", "train"}))
+                .find("rdzv_endpoint: a:29500\n"),
+            std::string::npos);
+  EXPECT_NE(describe_options(parse({"--nnodes=2", "--rdzv_endpoint=n0", "train"}))
+                .find("rdzv_endpoint: n0:29400\n"),
+            std::string::npos);
+  EXPECT_NE(describe_options(parse({"train"})).find("rdzv_endpoint: None\n"), std::string::npos);
+}
+
+// Paddle 2.x: --master=etcd://HOST:PORT[,HOST:PORT...], "etcd://" once at the front.
+TEST(EtcdControlPlane, PaddleEtcdMaster) {
+  const LaunchOptions o =
+      parse({"--master=etcd://10.0.0.1:2379,10.0.0.2:2380,localhost", "--nnodes=2", "train"});
+  EXPECT_EQ(o.etcd_endpoints,
+            (Endpoints{{"10.0.0.1", 2379}, {"10.0.0.2", 2380}, {"localhost", kDefaultEtcdPort}}));
+  EXPECT_EQ(o.etcd_spelling, "--master=etcd://");
+  EXPECT_FALSE(o.master_addr);
+  EXPECT_FALSE(o.master_port);
+  EXPECT_TRUE(o.auto_node_rank) << "no --rank";
+  EXPECT_EQ(o.dialect, Dialect::kPaddle2);
+
+  const LaunchOptions ranked =
+      parse({"--master=etcd://10.0.0.1:2379", "--nnodes=2", "--rank=1", "train"});
+  EXPECT_EQ(ranked.node_rank, 1);
+  EXPECT_FALSE(ranked.auto_node_rank);
+
+  // One node with an etcd master is allowed, as Paddle allows it; --nnodes defaults to 1.
+  const LaunchOptions single = parse({"--master=etcd://127.0.0.1:2379", "train"});
+  EXPECT_EQ(single.nnodes, std::nullopt);
+  EXPECT_EQ(single.etcd_endpoints.size(), 1u);
+}
+
+TEST(EtcdControlPlane, EnvironmentVariablesStandForTheFlags) {
+  const LaunchOptions pet = parse({"train"}, {{"PET_RDZV_BACKEND", "etcd-v2"},
+                                              {"PET_RDZV_ENDPOINT", "10.0.0.5:2379,10.0.0.6"},
+                                              {"PET_NNODES", "2"}});
+  EXPECT_EQ(pet.etcd_endpoints, (Endpoints{{"10.0.0.5", 2379}, {"10.0.0.6", kDefaultEtcdPort}}));
+  EXPECT_EQ(pet.etcd_spelling, "--rdzv_backend=etcd-v2");
+  EXPECT_TRUE(pet.auto_node_rank);
+  EXPECT_EQ(pet.dialect, Dialect::kTorchrun);
+
+  const LaunchOptions paddle =
+      parse({"train"}, {{"PADDLE_MASTER", "etcd://10.0.0.5:2379"}, {"PADDLE_NNODES", "2"}});
+  EXPECT_EQ(paddle.etcd_endpoints, (Endpoints{{"10.0.0.5", 2379}}));
+  EXPECT_EQ(paddle.etcd_spelling, "--master=etcd://");
+  EXPECT_TRUE(paddle.auto_node_rank);
+
+  // The command line wins over the variables, as for every flag.
+  const LaunchOptions flag_wins =
+      parse({"--rdzv_backend=c10d", "--rdzv_endpoint=node0:1234", "--nnodes=2", "train"},
+            {{"PET_RDZV_BACKEND", "etcd"}, {"PET_RDZV_ENDPOINT", "10.0.0.5:2379"}});
+  EXPECT_FALSE(flag_wins.etcd());
+  EXPECT_EQ(flag_wins.master_addr, "node0");
+
+  // A bad value from a variable names the variable.
+  EXPECT_EQ(error_of({"train"}, {{"PET_RDZV_BACKEND", "etcd"}, {"PET_RDZV_ENDPOINT", "a:1,,b"}})
+                .rfind("PET_RDZV_ENDPOINT='a:1,,b' (for --rdzv_endpoint): an empty entry", 0),
+            0u);
+  EXPECT_EQ(error_of({"train"}, {{"PADDLE_MASTER", "etcd://a:99999"}})
+                .rfind("PADDLE_MASTER='etcd://a:99999' (for --master): 'a:99999': expected a "
+                       "port in [1, 65535]",
+                       0),
+            0u);
+}
+
+TEST(EtcdControlPlane, BadInputIsOneClearLine) {
+  const auto expect_error = [](std::vector<std::string> args, const std::string& start) {
+    args.push_back("train");
+    const std::string e = error_of(args);
+    EXPECT_EQ(e.rfind(start, 0), 0u) << "got: " << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  };
+  expect_error({"--rdzv_backend=etcd"}, "--rdzv_backend='etcd': needs --rdzv_endpoint=");
+  expect_error({"--rdzv_backend=etcd", "--rdzv_endpoint="}, "--rdzv_endpoint='': expected etcd");
+  expect_error({"--rdzv_backend=etcd", "--rdzv_endpoint=a:2379,"},
+               "--rdzv_endpoint='a:2379,': an empty entry");
+  expect_error({"--rdzv_backend=etcd", "--rdzv_endpoint=a:0"},
+               "--rdzv_endpoint='a:0': 'a:0': expected a port in [1, 65535]");
+  expect_error({"--rdzv_backend=etcd", "--rdzv_endpoint=a:x"},
+               "--rdzv_endpoint='a:x': 'a:x': expected a port");
+  expect_error({"--rdzv_backend=etcd", "--rdzv_endpoint=bad host:2379"},
+               "--rdzv_endpoint='bad host:2379': 'bad host' is not an IPv4 address or host name");
+  expect_error({"--rdzv_backend=etcd", "--rdzv_endpoint=a:2379,a:2379"},
+               "--rdzv_endpoint='a:2379,a:2379': etcd endpoint 'a:2379' is listed twice");
+  expect_error({"--rdzv_backend=etcd", "--rdzv_endpoint=https://a:2379"},
+               "--rdzv_endpoint='https://a:2379': 'https://a:2379': only http://");
+  expect_error({"--rdzv_backend=etcd", "--rdzv_endpoint=a", "--master_addr=b"},
+               "--rdzv_endpoint='a': the etcd cluster hands out the node ranks");
+  expect_error({"--rdzv_backend=etcd-v2", "--rdzv_endpoint=a", "--master_port=29500"},
+               "--rdzv_endpoint='a': the etcd cluster hands out the node ranks");
+  expect_error({"--rdzv_backend=etcd", "--rdzv_endpoint=a", "--master=b:1"},
+               "--rdzv_endpoint='a': give either --rdzv_endpoint");
+  expect_error({"--master=etcd://"}, "--master='etcd://': expected etcd endpoints");
+  expect_error({"--master=etcd://a:1,"}, "--master='etcd://a:1,': an empty entry");
+  expect_error({"--master=etcd://a:1,etcd://b:2"},
+               "--master='etcd://a:1,etcd://b:2': write etcd:// once");
+  expect_error({"--master=etcd://a:1", "--rdzv_endpoint=b:2"},
+               "--master='etcd://a:1': give the etcd endpoints once");
+  expect_error({"--master=etcd://a:1", "--rdzv_backend=etcd", "--rdzv_endpoint=b:2"},
+               "--master='etcd://a:1': an etcd:// master is Paddle's spelling");
+  expect_error({"--master=etcd://a:1", "--rdzv_backend=c10d"},
+               "--master='etcd://a:1': an etcd:// master is Paddle's spelling");
+  expect_error({"--master=etcd://a:1", "--master_port=2"},
+               "--master='etcd://a:1': the etcd cluster hands out the node ranks");
+  expect_error({"--rdzv_backend=etcd", "--rdzv_endpoint=a", "--nnodes=2",
+                "--cluster_node_ips=10.0.0.1,10.0.0.2"},
+               "--rdzv_backend=etcd makes etcd hand out the node ranks; --cluster_node_ips");
+  expect_error({"--master=etcd://a", "--nnodes=2", "--ips=10.0.0.1,10.0.0.2"},
+               "--master=etcd:// makes etcd hand out the node ranks");
+  expect_error({"--master=etcd://a", "--nnodes=2", "--use_paddlecloud"},
+               "--use_paddlecloud takes the nodes from PaddleCloud's variables");
+  expect_error({"--rdzv_backend=etcd", "--rdzv_endpoint=a", "--nnodes=2", "--node_rank=2"},
+               "--node_rank=2 is not below --nnodes=2");
+  expect_error({"--rdzv_backend=etcd", "--rdzv_endpoint=a", "--standalone"},
+               "--standalone is a single-node job");
 }
 
 }  // namespace
