@@ -195,9 +195,13 @@ class NetnsLab {
     const std::string rules =
         "table inet ddl_fault {\n"
         "  chain input { type filter hook input priority 0; policy accept;\n"
-        "    iifname \"eth0\" " + share + "counter drop\n  }\n"
+        "    iifname \"eth0\" " +
+        share +
+        "counter drop\n  }\n"
         "  chain output { type filter hook output priority 0; policy accept;\n"
-        "    oifname \"eth0\" " + share + "counter drop\n  }\n"
+        "    oifname \"eth0\" " +
+        share +
+        "counter drop\n  }\n"
         "}\n";
     std::vector<std::string> cmd = exec_prefix(i);
     // nft reads the ruleset from its -f argument; a file in /dev/shm keeps it off the disk.
@@ -219,10 +223,11 @@ class NetnsLab {
   // Packets drop_random has dropped on node i so far (both directions); 0 without it.
   long dropped_packets(int i) const {
     check(i);
-    const std::string tables = must_run({ip_, "netns", "exec", ns_name(i), "nft", "list", "tables"});
+    const std::string tables =
+        must_run({ip_, "netns", "exec", ns_name(i), "nft", "list", "tables"});
     if (tables.find("ddl_fault") == std::string::npos) return 0;
-    const std::string rules = must_run(
-        {ip_, "netns", "exec", ns_name(i), "nft", "list", "table", "inet", "ddl_fault"});
+    const std::string rules =
+        must_run({ip_, "netns", "exec", ns_name(i), "nft", "list", "table", "inet", "ddl_fault"});
     long total = 0;
     const std::regex counter(R"(counter packets (\d+))");
     for (std::sregex_iterator it(rules.begin(), rules.end(), counter), end; it != end; ++it) {
@@ -291,7 +296,8 @@ class NetnsLab {
   }
 
   void remove_drop_table(int i) {
-    const std::string tables = must_run({ip_, "netns", "exec", ns_name(i), "nft", "list", "tables"});
+    const std::string tables =
+        must_run({ip_, "netns", "exec", ns_name(i), "nft", "list", "tables"});
     if (tables.find("ddl_fault") != std::string::npos) {
       must_run({ip_, "netns", "exec", ns_name(i), "nft", "delete", "table", "inet", "ddl_fault"});
     }
@@ -315,7 +321,8 @@ class NetnsLab {
       const std::vector<pid_t> pids = live_pids(ns);
       if (pids.empty()) break;
       for (pid_t pid : pids) ::kill(pid, SIGKILL);
-      wait_until([&] { return live_pids(ns).empty(); }, std::chrono::milliseconds(2000), std::chrono::milliseconds(20));
+      wait_until([&] { return live_pids(ns).empty(); }, std::chrono::milliseconds(2000),
+                 std::chrono::milliseconds(20));
     }
     run_command({ip_, "netns", "del", ns});
   }

@@ -2,12 +2,13 @@
 // the TCP control plane, with real network faults: random packet loss (nftables), a slow link
 // (tc tbf) and a partition (the link down). Needs root; without it the lab cannot be built and
 // the tests fail saying why.
+#include "tests/support/netns.h"
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
 #include "tests/e2e/faults/train_job.h"
-#include "tests/support/netns.h"
 
 namespace {
 
@@ -25,18 +26,24 @@ constexpr milliseconds kSlack{30'000};
 
 // A short deterministic run: fixed seed, one thread, no checkpoint.
 std::vector<std::string> train_args(int max_steps) {
-  return {kTrain,     "--data_dir", kData, "--max_steps",    std::to_string(max_steps),
+  return {kTrain,     "--data_dir", kData,    "--max_steps", std::to_string(max_steps),
           "--epochs", "1",          "--seed", "7",           "--log_interval",
-          "5",        "--save",     "",    "--threads",      "1"};
+          "5",        "--save",     "",       "--threads",   "1"};
 }
 
 // torchrun's spelling, node 0's lab address as the master.
-std::vector<std::string> node_flags(const NetnsLab& lab, int node, int port,
-                                    const fs::path& logs) {
-  return {"--nnodes=" + std::to_string(kNodes), "--node_rank=" + std::to_string(node),
-          "--master_addr=" + lab.node_address(0), "--master_port=" + std::to_string(port),
-          "--nproc_per_node=1", "--log_dir", logs.string(), "--log_level=debug",
-          "--print_config=false", "--rendezvous_timeout=60", "--kill_timeout=5"};
+std::vector<std::string> node_flags(const NetnsLab& lab, int node, int port, const fs::path& logs) {
+  return {"--nnodes=" + std::to_string(kNodes),
+          "--node_rank=" + std::to_string(node),
+          "--master_addr=" + lab.node_address(0),
+          "--master_port=" + std::to_string(port),
+          "--nproc_per_node=1",
+          "--log_dir",
+          logs.string(),
+          "--log_level=debug",
+          "--print_config=false",
+          "--rendezvous_timeout=60",
+          "--kill_timeout=5"};
 }
 
 const ddl::env::EnvMap kJobEnv{{ddl::env::kJobSecret, "netns-test-secret"}};
@@ -69,8 +76,8 @@ json two_node_training(NetnsLab& lab, int max_steps, long* dropped = nullptr) {
                             kJobEnv, lab.exec_prefix(k));
   }
   for (int k = 0; k < kNodes; ++k) {
-    EXPECT_EQ(nodes[k].launch->wait(kJobTimeout), 0)
-        << "node " << k << ":\n" << nodes[k].launch->err();
+    EXPECT_EQ(nodes[k].launch->wait(kJobTimeout), 0) << "node " << k << ":\n"
+                                                     << nodes[k].launch->err();
   }
   const json s0 = summary_of(nodes[0].logs, 0);
   EXPECT_TRUE(s0.is_object()) << worker_log(nodes[0].logs, 0);
@@ -78,7 +85,8 @@ json two_node_training(NetnsLab& lab, int max_steps, long* dropped = nullptr) {
   EXPECT_EQ(s1.value("param_checksum", ""), s0.value("param_checksum", "x"))
       << worker_log(nodes[1].logs, 1);
   for (int k = 0; k < kNodes; ++k) {
-    EXPECT_TRUE(lab.pids_in(k).empty()) << lab.pids_in(k).size() << " process(es) left on node " << k;
+    EXPECT_TRUE(lab.pids_in(k).empty())
+        << lab.pids_in(k).size() << " process(es) left on node " << k;
     if (dropped) *dropped += lab.dropped_packets(k);
   }
   return s0;
@@ -119,8 +127,8 @@ TEST(NetnsTraining, PartitionedNodeIsDetected) {
                             kJobEnv, lab.exec_prefix(k));
   }
   // Training is under way on node 1 (its rank printed a step), then its link goes down.
-  ASSERT_TRUE(wait_until([&] { return contains(worker_log(nodes[1].logs, 1), "batch: 10,"); },
-                         kJobTimeout))
+  ASSERT_TRUE(
+      wait_until([&] { return contains(worker_log(nodes[1].logs, 1), "batch: 10,"); }, kJobTimeout))
       << nodes[0].launch->err() << nodes[1].launch->err() << worker_log(nodes[1].logs, 1);
   lab.partition(1);
   const auto cut = Clock::now();
@@ -128,7 +136,8 @@ TEST(NetnsTraining, PartitionedNodeIsDetected) {
 
   const std::optional<int> code0 = nodes[0].launch->wait(bound);
   ASSERT_TRUE(code0.has_value()) << "node 0's launcher still runs " << bound.count()
-                                 << " ms after the partition:\n" << nodes[0].launch->err();
+                                 << " ms after the partition:\n"
+                                 << nodes[0].launch->err();
   const auto took0 = std::chrono::duration_cast<milliseconds>(Clock::now() - cut);
   EXPECT_NE(*code0, 0) << nodes[0].launch->err();
   EXPECT_TRUE(contains(nodes[0].launch->err(), "node 1's launcher stopped answering"))
@@ -136,7 +145,8 @@ TEST(NetnsTraining, PartitionedNodeIsDetected) {
 
   const std::optional<int> code1 = nodes[1].launch->wait(bound);
   ASSERT_TRUE(code1.has_value()) << "node 1's launcher still runs " << bound.count()
-                                 << " ms after the partition:\n" << nodes[1].launch->err();
+                                 << " ms after the partition:\n"
+                                 << nodes[1].launch->err();
   const auto took1 = std::chrono::duration_cast<milliseconds>(Clock::now() - cut);
   std::cout << "after the partition: node 0's launcher exited " << *code0 << " within "
             << took0.count() << " ms, node 1's exited " << *code1 << " within " << took1.count()
@@ -173,8 +183,8 @@ TEST(NetnsLab, LinksFaultsAndTeardown) {
     lab.partition(1);
     EXPECT_FALSE(reachable(0, lab.node_address(1)));
     lab.heal(1);
-    EXPECT_TRUE(wait_until([&] { return reachable(0, lab.node_address(1)); },
-                           milliseconds(10'000)));
+    EXPECT_TRUE(
+        wait_until([&] { return reachable(0, lab.node_address(1)); }, milliseconds(10'000)));
     lab.drop_random(1, 100);
     EXPECT_FALSE(reachable(0, lab.node_address(1)));
     lab.limit(1, "1mbit", "50ms");
