@@ -13,9 +13,14 @@
 // Faults map to what this kernel has (it has no netem):
 //   partition(i)           both ends of node i's veth down: nothing in or out, like a pulled cable
 //   drop_random(i, p)      nftables in node i's namespace (table inet ddl_fault): drops p% of the
-//                          packets on eth0, chosen at random (`numgen random mod 100`), in and out
-//   limit(i, rate, lat)    tc tbf on node i's eth0: outgoing rate, burst and queueing latency
+//                          packets on eth0, chosen at random (`numgen random mod 100`), in and out;
+//                          dropped_packets(i) reads the rules' counters
+//   limit(i, rate, lat[, burst])  tc tbf on node i's eth0: outgoing rate, burst and queueing
+//                          latency ("20mbit", "50ms", burst "32kbit" unless given)
 //   clear_faults(i)        undoes all three
+//
+// Addresses: node_address(i), hub_address(); namespace names: ns_name(i), hub_ns_name(); what
+// still runs: pids_in(i), hub_pids() (live processes, zombies left out).
 //
 // Processes are started in a namespace with exec_prefix(i) (or hub_exec_prefix()) in front of
 // their argv; the first element is the full path of `ip`, so it suits ChildProcess, which does no
