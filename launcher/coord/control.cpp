@@ -715,8 +715,9 @@ void ControlChannel::watch_loop(std::shared_ptr<ExternalStop> stop) {
       }
     } catch (const StoreError& e) {
       if (stopping_) return;
-      const FailureRecord lost{0, std::nullopt, 1,
-                               "lost the control connection to " + where() + ": " + e.what()};
+      const FailureRecord lost{
+          0, std::nullopt, 1,
+          "lost the job: lost the control connection to " + where() + ": " + e.what()};
       spdlog::error("{}", lost.what);
       {
         std::lock_guard<std::mutex> lock(mutex_);

@@ -55,12 +55,13 @@ using testing::wait_until;
 // too (--started_port P uses P, P+1, ...).
 inline int free_loopback_port() { return testing::free_port_below(65000); }
 
-// One run of `launch` with stdout and stderr captured in files.
+// One run of `launch` with stdout and stderr captured in files. `prefix` goes in front of the
+// launcher's argv (e.g. {"/usr/sbin/ip", "netns", "exec", NAME} to start it in a namespace).
 class LaunchRun {
  public:
   LaunchRun(const TempDir& dir, const std::vector<std::string>& args,
-            ddl::env::EnvMap overrides = {})
-      : child_(spawn_options(dir, args, std::move(overrides))) {}
+            ddl::env::EnvMap overrides = {}, const std::vector<std::string>& prefix = {})
+      : child_(spawn_options(dir, args, std::move(overrides), prefix)) {}
 
   pid_t pid() const { return child_.pid(); }
 
@@ -101,7 +102,8 @@ class LaunchRun {
  private:
   static testing::SpawnOptions spawn_options(const TempDir& dir,
                                              const std::vector<std::string>& args,
-                                             ddl::env::EnvMap overrides) {
+                                             ddl::env::EnvMap overrides,
+                                             const std::vector<std::string>& prefix) {
     ddl::env::EnvMap env = ddl::env::current_environment();
     env.erase(ddl::env::kOmpNumThreads);
     env.erase(ddl::env::kLogLevel);
@@ -113,7 +115,8 @@ class LaunchRun {
     }
     for (const auto& [k, v] : overrides) env[k] = v;
     testing::SpawnOptions o;
-    o.argv = {kLaunch};
+    o.argv = prefix;
+    o.argv.push_back(kLaunch);
     o.argv.insert(o.argv.end(), args.begin(), args.end());
     o.env = std::move(env);
     o.stdout_path = dir.path() / "stdout";

@@ -1,0 +1,208 @@
+// Two-node training where each node is its own network namespace (tests/support/netns.h), over
+// the TCP control plane, with real network faults: random packet loss (nftables), a slow link
+// (tc tbf) and a partition (the link down). Needs root; without it the lab cannot be built and
+// the tests fail saying why.
+#include "tests/support/netns.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/e2e/faults/train_job.h"
+
+namespace {
+
+using namespace ddl::launch_test;
+using ddl::testing::NetnsLab;
+using nlohmann::json;
+
+constexpr int kNodes = 2;
+constexpr milliseconds kJobTimeout{240'000};
+// The launcher's defaults and this test's flag: a node is declared lost after 4 s without a
+// heartbeat, and a stopping worker group gets --kill_timeout=5 s before SIGKILL.
+constexpr milliseconds kHeartbeatTimeout{4'000};
+constexpr milliseconds kKillTimeout{5'000};
+constexpr milliseconds kSlack{30'000};
+
+// A short deterministic run: fixed seed, one thread, no checkpoint.
+std::vector<std::string> train_args(int max_steps) {
+  return {kTrain,     "--data_dir", kData,    "--max_steps", std::to_string(max_steps),
+          "--epochs", "1",          "--seed", "7",           "--log_interval",
+          "5",        "--save",     "",       "--threads",   "1"};
+}
+
+// torchrun's spelling, node 0's lab address as the master.
+std::vector<std::string> node_flags(const NetnsLab& lab, int node, int port, const fs::path& logs) {
+  return {"--nnodes=" + std::to_string(kNodes),
+          "--node_rank=" + std::to_string(node),
+          "--master_addr=" + lab.node_address(0),
+          "--master_port=" + std::to_string(port),
+          "--nproc_per_node=1",
+          "--log_dir",
+          logs.string(),
+          "--log_level=debug",
+          "--print_config=false",
+          "--rendezvous_timeout=60",
+          "--kill_timeout=5"};
+}
+
+const ddl::env::EnvMap kJobEnv{{ddl::env::kJobSecret, "netns-test-secret"}};
+
+// Any port: each node has its own namespace, so nothing else in the lab holds it.
+constexpr int kPort = 29500;
+
+std::string first_line_with(const std::string& text, const std::string& part) {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (contains(line, part)) return line;
+  }
+  return "(no line with '" + part + "')";
+}
+
+struct NodeRun {
+  TempDir dir;
+  fs::path logs = dir.path() / "logs";
+  std::optional<LaunchRun> launch;
+};
+
+// Starts launch on every node of `lab`, waits for both, returns rank 0's summary; every rank's
+// summary must agree on the parameters. `dropped` (if given) gets the packets the lab's random
+// drops took from the job.
+json two_node_training(NetnsLab& lab, int max_steps, long* dropped = nullptr) {
+  NodeRun nodes[kNodes];
+  for (int k = 0; k < kNodes; ++k) {
+    nodes[k].launch.emplace(nodes[k].dir,
+                            concat(node_flags(lab, k, kPort, nodes[k].logs), train_args(max_steps)),
+                            kJobEnv, lab.exec_prefix(k));
+  }
+  for (int k = 0; k < kNodes; ++k) {
+    EXPECT_EQ(nodes[k].launch->wait(kJobTimeout), 0) << "node " << k << ":\n"
+                                                     << nodes[k].launch->err();
+  }
+  const json s0 = summary_of(nodes[0].logs, 0);
+  EXPECT_TRUE(s0.is_object()) << worker_log(nodes[0].logs, 0);
+  const json s1 = summary_of(nodes[1].logs, 1);
+  EXPECT_EQ(s1.value("param_checksum", ""), s0.value("param_checksum", "x"))
+      << worker_log(nodes[1].logs, 1);
+  for (int k = 0; k < kNodes; ++k) {
+    EXPECT_TRUE(lab.pids_in(k).empty())
+        << lab.pids_in(k).size() << " process(es) left on node " << k;
+    if (dropped) *dropped += lab.dropped_packets(k);
+  }
+  return s0;
+}
+
+TEST(NetnsTraining, CleanVersusFaultyNetwork) {
+  json clean, faulty;
+  long dropped = 0;
+  {
+    NetnsLab lab(kNodes);
+    clean = two_node_training(lab, 20);
+  }
+  ASSERT_TRUE(clean.is_object());
+  {
+    NetnsLab lab(kNodes);
+    lab.drop_random(0, 1);
+    lab.drop_random(1, 1);
+    lab.limit(1, "20mbit", "50ms");
+    faulty = two_node_training(lab, 20, &dropped);
+  }
+  // The faults were real: the job's traffic lost packets and still got through.
+  EXPECT_GT(dropped, 0);
+  std::cout << "packets dropped during the faulty run: " << dropped << "\n";
+  ASSERT_TRUE(faulty.is_object());
+  EXPECT_EQ(clean["world"], 2);
+  EXPECT_EQ(faulty["world"], 2);
+  EXPECT_EQ(faulty["global_step"], clean["global_step"]);
+  EXPECT_EQ(faulty["param_checksum"], clean["param_checksum"]);
+  EXPECT_EQ(faulty["param_sum"], clean["param_sum"]);
+}
+
+TEST(NetnsTraining, PartitionedNodeIsDetected) {
+  NetnsLab lab(kNodes);
+  NodeRun nodes[kNodes];
+  for (int k = 0; k < kNodes; ++k) {
+    nodes[k].launch.emplace(nodes[k].dir,
+                            concat(node_flags(lab, k, kPort, nodes[k].logs), train_args(100'000)),
+                            kJobEnv, lab.exec_prefix(k));
+  }
+  // Training is under way on node 1 (its rank printed a step), then its link goes down.
+  ASSERT_TRUE(
+      wait_until([&] { return contains(worker_log(nodes[1].logs, 1), "batch: 10,"); }, kJobTimeout))
+      << nodes[0].launch->err() << nodes[1].launch->err() << worker_log(nodes[1].logs, 1);
+  lab.partition(1);
+  const auto cut = Clock::now();
+  const auto bound = kHeartbeatTimeout + kKillTimeout + kSlack;
+
+  const std::optional<int> code0 = nodes[0].launch->wait(bound);
+  ASSERT_TRUE(code0.has_value()) << "node 0's launcher still runs " << bound.count()
+                                 << " ms after the partition:\n"
+                                 << nodes[0].launch->err();
+  const auto took0 = std::chrono::duration_cast<milliseconds>(Clock::now() - cut);
+  EXPECT_NE(*code0, 0) << nodes[0].launch->err();
+  EXPECT_TRUE(contains(nodes[0].launch->err(), "node 1's launcher stopped answering"))
+      << nodes[0].launch->err();
+
+  const std::optional<int> code1 = nodes[1].launch->wait(bound);
+  ASSERT_TRUE(code1.has_value()) << "node 1's launcher still runs " << bound.count()
+                                 << " ms after the partition:\n"
+                                 << nodes[1].launch->err();
+  const auto took1 = std::chrono::duration_cast<milliseconds>(Clock::now() - cut);
+  std::cout << "after the partition: node 0's launcher exited " << *code0 << " within "
+            << took0.count() << " ms, node 1's exited " << *code1 << " within " << took1.count()
+            << " ms\n"
+            << "node 0: " << first_line_with(nodes[0].launch->err(), "stopped answering") << "\n"
+            << "node 1: " << first_line_with(nodes[1].launch->err(), "lost the job: ") << "\n";
+  EXPECT_NE(*code1, 0) << nodes[1].launch->err();
+  EXPECT_TRUE(contains(nodes[1].launch->err(), "lost the job: ")) << nodes[1].launch->err();
+
+  // Nothing of the job is left in either namespace (workers included).
+  for (int k = 0; k < kNodes; ++k) {
+    EXPECT_TRUE(wait_until([&] { return lab.pids_in(k).empty(); }, milliseconds(5000)))
+        << lab.pids_in(k).size() << " process(es) left on node " << k;
+  }
+}
+
+// The lab itself: addresses reachable inside it, faults applied and undone, nothing outside.
+TEST(NetnsLab, LinksFaultsAndTeardown) {
+  std::string hub, node0;
+  pid_t left = -1;
+  {
+    NetnsLab lab(kNodes);
+    hub = lab.hub_ns_name();
+    node0 = lab.ns_name(0);
+    // Reachable = a TCP connection attempt to a closed port is refused (the peer answered);
+    // a dropped or cut link times out instead.
+    auto reachable = [&](int from, const std::string& to) {
+      std::vector<std::string> cmd = lab.exec_prefix(from);
+      cmd.insert(cmd.end(), {"timeout", "2", "bash", "-c", "exec 3<>/dev/tcp/" + to + "/9"});
+      return contains(ddl::testing::run_command(cmd).output, "Connection refused");
+    };
+    EXPECT_TRUE(reachable(0, lab.node_address(1)));
+    EXPECT_TRUE(reachable(1, lab.hub_address()));
+    lab.partition(1);
+    EXPECT_FALSE(reachable(0, lab.node_address(1)));
+    lab.heal(1);
+    EXPECT_TRUE(
+        wait_until([&] { return reachable(0, lab.node_address(1)); }, milliseconds(10'000)));
+    lab.drop_random(1, 100);
+    EXPECT_FALSE(reachable(0, lab.node_address(1)));
+    lab.limit(1, "1mbit", "50ms");
+    lab.clear_faults(1);
+    EXPECT_TRUE(reachable(0, lab.node_address(1)));
+    // A process left running in a namespace (an orphan: its shell exited) is the teardown's.
+    std::vector<std::string> orphan = lab.exec_prefix(0);
+    orphan.insert(orphan.end(), {"sh", "-c", "sleep 600 >/dev/null 2>&1 & echo $!"});
+    const auto r = ddl::testing::run_command(orphan);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    left = std::stoi(r.output);
+    ASSERT_TRUE(ddl::testing::alive(left));
+    EXPECT_EQ(lab.pids_in(0), std::vector<pid_t>{left});
+  }
+  EXPECT_TRUE(wait_until([&] { return !ddl::testing::alive(left); }, milliseconds(5000)));
+  const std::string list = ddl::testing::must_run({"ip", "netns", "list"});
+  EXPECT_FALSE(contains(list, hub)) << list;
+  EXPECT_FALSE(contains(list, node0)) << list;
+}
+
+}  // namespace
