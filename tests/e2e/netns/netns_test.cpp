@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/e2e/faults/train_job.h"
+#include "tests/support/etcd_cluster.h"
 
 namespace {
 
@@ -158,6 +159,57 @@ TEST(NetnsTraining, PartitionedNodeIsDetected) {
 
   // Nothing of the job is left in either namespace (workers included).
   for (int k = 0; k < kNodes; ++k) {
+    EXPECT_TRUE(wait_until([&] { return lab.pids_in(k).empty(); }, milliseconds(5000)))
+        << lab.pids_in(k).size() << " process(es) left on node " << k;
+  }
+}
+
+// The etcd control plane with every node its own host: a 3-member etcd cluster in the hub
+// namespace, an elastic 2:3 job on three node namespaces; node 2's link goes down mid-training.
+// Nodes 0 and 1 take it for lost when its lease expires and finish the job from the checkpoint as
+// generation 1; node 2's launcher cannot reach etcd, says it lost the job and exits non-zero;
+// nothing is left running in any namespace.
+TEST(NetnsTraining, EtcdPlaneRecoversFromAPartitionedNode) {
+  NetnsLab lab(3);
+  ddl::testing::EtcdCluster etcd(3, lab.hub_address(), lab.hub_exec_prefix());
+  TempDir shared;
+  const std::string save = (shared.path() / "ck").string();
+  NodeRun nodes[3];
+  for (int k = 0; k < 3; ++k) {
+    std::vector<std::string> args = {"--rdzv_backend=etcd", "--rdzv_endpoint=" + etcd.endpoints_text(),
+                                     "--rdzv_id=netns-partition", "--nnodes=2:3",
+                                     "--node_rank=" + std::to_string(k), "--nproc_per_node=1",
+                                     "--max_restarts=2", "--rdzv_conf=last_call_timeout=3",
+                                     "--log_dir", nodes[k].logs.string(), "--log_level=debug",
+                                     "--print_config=false", "--rendezvous_timeout=60",
+                                     "--kill_timeout=5"};
+    args = concat(args, {kTrain, "--data_dir", kData, "--max_steps", "80", "--epochs", "1",
+                         "--seed", "7", "--log_interval", "5", "--save", save, "--save_every",
+                         "10", "--threads", "1"});
+    nodes[k].launch.emplace(nodes[k].dir, args, kJobEnv, lab.exec_prefix(k));
+  }
+  ASSERT_TRUE(
+      wait_until([&] { return contains(worker_log(nodes[2].logs, 2), "batch: 15,"); }, kJobTimeout))
+      << nodes[0].launch->err() << nodes[2].launch->err();
+  lab.partition(2);
+  const auto bound = kHeartbeatTimeout + kKillTimeout + kSlack;
+  const std::optional<int> code2 = nodes[2].launch->wait(bound);
+  ASSERT_TRUE(code2.has_value()) << "node 2's launcher still runs after the partition:\n"
+                                 << nodes[2].launch->err();
+  EXPECT_NE(*code2, 0) << nodes[2].launch->err();
+  EXPECT_TRUE(contains(nodes[2].launch->err(), "lost the job: ")) << nodes[2].launch->err();
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_EQ(nodes[k].launch->wait(kJobTimeout), 0) << "node " << k << ":\n"
+                                                     << nodes[k].launch->err();
+  }
+  EXPECT_TRUE(contains(nodes[0].launch->err(), "generation 1: nodes 0, 1"))
+      << nodes[0].launch->err();
+  const json s0 = summary_of(nodes[0].logs, 0);
+  ASSERT_TRUE(s0.is_object()) << worker_log(nodes[0].logs, 0);
+  EXPECT_EQ(s0["world"], 2);
+  EXPECT_EQ(s0["resumed"], true);
+  EXPECT_EQ(s0["global_step"], 80);
+  for (int k = 0; k < 3; ++k) {
     EXPECT_TRUE(wait_until([&] { return lab.pids_in(k).empty(); }, milliseconds(5000)))
         << lab.pids_in(k).size() << " process(es) left on node " << k;
   }
