@@ -551,24 +551,11 @@ Membership ControlChannel::join_generation(Generation requested) {
         store_->wait_for({key}, kControlPollInterval);
       }
     }
-    const std::vector<int>& nodes = members.nodes;
-    Membership m;
-    m.generation = Generation(generation);
-    m.nodes = nodes;
-    for (std::size_t i = 0; i < nodes.size(); ++i) {
-      if (nodes[i] == me) m.position = static_cast<int>(i);
-      const std::vector<env::Endpoint>& theirs = members.endpoints[i];
-      if (options_.equal_node_sizes && i > 0 && theirs.size() * i != m.endpoints.size()) {
-        throw ControlError("node " + std::to_string(nodes[i]) + " published " +
-                           std::to_string(theirs.size()) + " endpoint(s), node " +
-                           std::to_string(nodes[0]) + " " + std::to_string(m.endpoints.size() / i));
-      }
-      m.endpoints.insert(m.endpoints.end(), theirs.begin(), theirs.end());
-    }
+    Membership m = membership_of(members, me, options_.equal_node_sizes);
     {
       std::lock_guard<std::mutex> lock(mutex_);
       current_generation_ = generation;
-      current_members_ = nodes;
+      current_members_ = members.nodes;
     }
     return m;
   } catch (const StoreError& e) {

@@ -66,6 +66,11 @@ struct Membership {
   int position = 0;                      // this node's index in `nodes` (its node rank in plans)
 };
 
+// Generation `members.generation` as node `me` sees it: the members' endpoints member-major and
+// its position among them. With `equal_node_sizes`, a member that published another number of
+// endpoints than the first is a ControlError.
+Membership membership_of(const Members& members, int me, bool equal_node_sizes);
+
 // One node's view of the job's control plane. Its methods are called from the launcher's
 // supervising thread, except the report_* ones (any thread). Errors are ControlError.
 class Control {

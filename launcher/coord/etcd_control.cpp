@@ -587,20 +587,7 @@ Membership EtcdControl::join_generation(Generation requested) {
       }
       wait_change(client, view.revision, std::clamp(wait, milliseconds(1), milliseconds(1'000)));
     }
-    Membership m;
-    m.generation = Generation(generation);
-    m.nodes = members.nodes;
-    for (std::size_t i = 0; i < members.nodes.size(); ++i) {
-      if (members.nodes[i] == me) m.position = static_cast<int>(i);
-      const std::vector<env::Endpoint>& theirs = members.endpoints[i];
-      if (options_.equal_node_sizes && i > 0 && theirs.size() * i != m.endpoints.size()) {
-        throw ControlError("node " + std::to_string(members.nodes[i]) + " published " +
-                           std::to_string(theirs.size()) + " endpoint(s), node " +
-                           std::to_string(members.nodes[0]) + " " +
-                           std::to_string(m.endpoints.size() / i));
-      }
-      m.endpoints.insert(m.endpoints.end(), theirs.begin(), theirs.end());
-    }
+    Membership m = membership_of(members, me, options_.equal_node_sizes);
     std::lock_guard<std::mutex> lock(mutex_);
     current_generation_ = generation;
     current_members_ = members.nodes;
