@@ -118,7 +118,9 @@ TEST(MultiNode, TorchrunSpelling) {
 }
 
 TEST(MultiNode, ParameterServerJobThroughTheControlStore) {
-  // torchrun's spelling, free ports: each node publishes 1 server + 2 trainer endpoints.
+  // torchrun's spelling, free ports: each node publishes 1 server + 2 trainer endpoints. The
+  // servers exit on their own once they printed their contract; the grace keeps a node whose
+  // trainers are done first from stopping its server before it has written anything.
   TempDir tmp0, tmp1;
   const int port = free_loopback_port();
   const fs::path logs0 = tmp0.path() / "logs", logs1 = tmp1.path() / "logs";
@@ -127,7 +129,8 @@ TEST(MultiNode, ParameterServerJobThroughTheControlStore) {
                                     "--master_addr=" + kNode0,
                                     "--master_port=" + std::to_string(port),
                                     "--node_ip=" + (node == 0 ? kNode0 : kNode1),
-                                    "--server_num=1", "--worker_num=2", "--log_dir", logs.string(),
+                                    "--server_num=1", "--worker_num=2", "--server_grace=20",
+                                    "--log_dir", logs.string(),
                                     "--log_level=debug", "--print_config=false",
                                     "--rendezvous_timeout=20", "hello_worker"};
   };

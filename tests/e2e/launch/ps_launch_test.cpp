@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -39,7 +40,9 @@ std::vector<std::string> ps_args(const fs::path& logs, std::vector<std::string> 
 TEST(PsLaunch, TwoServersAndTwoTrainersGetTheirContract) {
   TempDir tmp;
   const fs::path logs = tmp.path() / "logs";
-  LaunchRun run(tmp, ps_args(logs, {}, {"--lines", "2"}));
+  // The servers exit on their own after printing; the grace keeps trainers that are done first
+  // from getting them stopped before they have written their contract.
+  LaunchRun run(tmp, ps_args(logs, {"--server_grace=20"}, {"--lines", "2"}));
   ASSERT_EQ(run.wait(milliseconds(20'000)), 0) << run.err();
   EXPECT_TRUE(contains(run.err(), "(servers 0..1, ranks 0..1)")) << run.err();
   EXPECT_TRUE(contains(run.out(), "hello from rank 0 of 2")) << "trainer 0 is echoed";
@@ -180,10 +183,22 @@ TEST(PsLaunch, ServersExitingFirstLeaveTheTrainersRunning) {
 TEST(PsLaunch, ARestartStartsServersAndTrainersTogether) {
   TempDir tmp;
   const fs::path logs = tmp.path() / "logs";
-  // Trainer 1 fails at step 1 of the first start only; the second start runs clean. Steps are
-  // paced so the first start's servers have written their environment before they are stopped.
-  LaunchRun run(tmp, ps_args(logs, {"--max_restarts=1"}, {"--steps", "3", "--step_ms", "100"}),
+  // Trainer 1 fails at step 1 of the first start only; the second start runs clean. Nobody
+  // steps before the go file exists, and it is made once both servers of the first start have
+  // written their environment (they print READY after it), so they are not stopped before.
+  const fs::path go = tmp.path() / "go";
+  LaunchRun run(tmp,
+                ps_args(logs, {"--max_restarts=1"},
+                        {"--steps", "3", "--step_ms", "100", "--start_file", go.string()}),
                 {{ddl::env::kFault, "rank=1,step=1,exit=3,restart=0"}});
+  const bool servers_ready = wait_until(
+      [&] {
+        return contains(server_log(logs, 0), "READY pid") &&
+               contains(server_log(logs, 1), "READY pid");
+      },
+      milliseconds(20'000));
+  std::ofstream(go) << "go\n";
+  ASSERT_TRUE(servers_ready) << server_log(logs, 0) << server_log(logs, 1);
   ASSERT_EQ(run.wait(milliseconds(20'000)), 0) << run.err();
   EXPECT_EQ(run.starts("server").size(), 4u) << "both servers started twice\n" << run.err();
   EXPECT_EQ(run.starts().size(), 4u) << "both trainers started twice\n" << run.err();
@@ -211,10 +226,12 @@ TEST(PsLaunch, ExplicitListsStartTheEntriesOfNodeIp) {
   TempDir tmp_a, tmp_b;
   const fs::path logs_a = tmp_a.path() / "logs", logs_b = tmp_b.path() / "logs";
   auto args = [&](const std::string& host, const fs::path& logs) {
+    // --server_grace: the server exits on its own after printing its contract (see above).
     return std::vector<std::string>{"--servers=" + servers, "--workers=" + workers,
-                                    "--node_ip=" + host,    "--log_dir",
-                                    logs.string(),          "--log_level=debug",
-                                    "--print_config=false", "hello_worker"};
+                                    "--node_ip=" + host,    "--server_grace=20",
+                                    "--log_dir",            logs.string(),
+                                    "--log_level=debug",    "--print_config=false",
+                                    "hello_worker"};
   };
   LaunchRun a(tmp_a, args(kHostA, logs_a), identity);
   LaunchRun b(tmp_b, args(kHostB, logs_b), identity);
