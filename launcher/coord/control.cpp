@@ -38,12 +38,6 @@ std::string gen_key(const char* family, int generation) {
   return std::string(family) + "/" + std::to_string(generation);
 }
 
-std::string list_set(const std::set<int>& nodes) {
-  std::string out;
-  for (int n : nodes) out += (out.empty() ? "" : ", ") + std::to_string(n);
-  return out;
-}
-
 Bytes bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
 std::string text(const Bytes& b) { return std::string(b.begin(), b.end()); }
 
@@ -69,9 +63,7 @@ ControlError no_node_zero(const std::string& node, const std::string& where,
 }
 
 std::string list_nodes(const std::vector<int>& nodes) {
-  std::string out;
-  for (int n : nodes) out += (out.empty() ? "" : ", ") + std::to_string(n);
-  return out;
+  return node_list(std::set<int>(nodes.begin(), nodes.end()));
 }
 
 // The control store's per-node keys over one connection: a view per family, each key being the
@@ -433,58 +425,25 @@ std::vector<int> ControlChannel::decide_members(int generation, Clock::time_poin
         checked_.insert(unchecked[i]);
       }
     }
-    std::set<int> joined;
+    GenerationCandidates candidates;
+    candidates.generation = generation;
     for (int n : arrivals.all()) {
-      if (n < options_.nnodes && !lost.count(n)) joined.insert(n);
+      if (n < options_.nnodes && !lost.count(n)) candidates.joined.insert(n);
     }
-    const int count = static_cast<int>(joined.size());
-    // Who is still to come: every node with a fixed count; elastic, the first generation waits
-    // for up to nnodes, a later one for the previous members and the nodes waiting to be
-    // admitted, less the nodes declared lost.
-    std::set<int> expected;
     if (!elastic() || generation == 0) {
-      for (int n = 0; n < options_.nnodes; ++n) expected.insert(n);
+      for (int n = 0; n < options_.nnodes; ++n) candidates.expected.insert(n);
     } else {
-      expected.insert(previous.begin(), previous.end());
+      candidates.expected.insert(previous.begin(), previous.end());
       waiting.read_new(*store_, options_.heartbeat_timeout);
       for (int n : waiting.all()) {
-        if (n < options_.nnodes) expected.insert(n);
+        if (n < options_.nnodes) candidates.expected.insert(n);
       }
     }
-    std::set<int> missing;
-    for (int n : expected) {
-      if (!joined.count(n)) missing.insert(n);
-    }
-    if (!elastic()) {
-      std::set<int> gone;
-      for (int n : missing) {
-        if (lost.count(n)) gone.insert(n);
-      }
-      if (!gone.empty()) {
-        throw ControlError("node(s) " + list_set(gone) + " of " + std::to_string(options_.nnodes) +
-                           " were lost; a job with a fixed --nnodes cannot start " + what +
-                           " without them (--nnodes=MIN:MAX lets it go on with fewer)");
-      }
-    } else {
-      for (int n : lost) missing.erase(n);
-    }
-    const auto now = Clock::now();
-    if (count >= min_nodes()) {
-      if (missing.empty()) return {joined.begin(), joined.end()};
-      if (!last_call) last_call = now + options_.last_call_timeout;
-      if (now >= *last_call || now >= deadline) {
-        spdlog::info("{}: starting with {} node(s) ({}); node(s) {} did not join in time", what,
-                     count, list_set(joined), list_set(missing));
-        return {joined.begin(), joined.end()};
-      }
-    } else if (now >= deadline) {
-      throw ControlError(std::to_string(count) + " node(s) (" + list_set(joined) + ") joined " +
-                         what + " at the control store at " + where() +
-                         " within the rendezvous "
-                         "deadline (" +
-                         seconds_text(options_.rendezvous_timeout) + " s), " +
-                         std::to_string(min_nodes()) +
-                         " are needed; missing: " + list_set(missing));
+    candidates.lost = lost;
+    if (std::optional<std::vector<int>> members =
+            ready_members(options_, candidates, Clock::now(), deadline, last_call,
+                          "at the control store at " + where(), "")) {
+      return *members;
     }
     // Woken early by the next node's arrival.
     store_->wait_for({arrivals.next_key()}, kControlPollInterval);

@@ -153,8 +153,7 @@ class ControlChannel final : public Control {
   // kAutoNodeRank: hosts the store (node 0) or asks node 0 for the next node rank.
   void assign_node_rank();
 
-  bool elastic() const { return options_.min_nnodes > 0 && options_.min_nnodes < options_.nnodes; }
-  int min_nodes() const { return elastic() ? options_.min_nnodes : options_.nnodes; }
+  bool elastic() const { return options_.elastic(); }
   // Node 0: waits until generation K can start and publishes its members.
   std::vector<int> decide_members(int generation, std::chrono::steady_clock::time_point deadline);
   // Node 0: the rendezvous failed (a mismatch, a node missing): publishes it as the job's

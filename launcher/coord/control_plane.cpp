@@ -1,9 +1,72 @@
 #include "launcher/coord/control_plane.h"
 
+#include <spdlog/spdlog.h>
+
+#include <sstream>
+
 #include "launcher/coord/control.h"
 #include "launcher/coord/etcd_control.h"
 
 namespace ddl::launcher {
+namespace {
+
+std::string seconds(std::chrono::milliseconds ms) {
+  std::ostringstream os;
+  os << static_cast<double>(ms.count()) / 1000.0;
+  return os.str();
+}
+
+}  // namespace
+
+std::string node_list(const std::set<int>& nodes) {
+  std::string out;
+  for (int n : nodes) out += (out.empty() ? "" : ", ") + std::to_string(n);
+  return out;
+}
+
+std::optional<std::vector<int>> ready_members(
+    const ControlOptions& options, const GenerationCandidates& c,
+    std::chrono::steady_clock::time_point now, std::chrono::steady_clock::time_point deadline,
+    std::optional<std::chrono::steady_clock::time_point>& last_call, const std::string& where,
+    const std::string& lost_how) {
+  const std::string what = "generation " + std::to_string(c.generation);
+  std::set<int> missing;
+  for (int n : c.expected) {
+    if (!c.joined.count(n)) missing.insert(n);
+  }
+  if (!options.elastic()) {
+    std::set<int> gone;
+    for (int n : missing) {
+      if (c.lost.count(n)) gone.insert(n);
+    }
+    if (!gone.empty()) {
+      throw ControlError("node(s) " + node_list(gone) + " of " + std::to_string(options.nnodes) +
+                         " were lost" + lost_how +
+                         "; a job with a fixed --nnodes cannot start " + what +
+                         " without them (--nnodes=MIN:MAX lets it go on with fewer)");
+    }
+  } else {
+    for (int n : c.lost) missing.erase(n);
+  }
+  const int count = static_cast<int>(c.joined.size());
+  const std::vector<int> members(c.joined.begin(), c.joined.end());
+  if (count >= options.min_nodes()) {
+    if (missing.empty()) return members;
+    if (!last_call) last_call = now + options.last_call_timeout;
+    if (now >= *last_call || now >= deadline) {
+      spdlog::info("{}: starting with {} node(s) ({}); node(s) {} did not join in time", what,
+                   count, node_list(c.joined), node_list(missing));
+      return members;
+    }
+  } else if (now >= deadline) {
+    throw ControlError(std::to_string(count) + " node(s) (" + node_list(c.joined) + ") joined " +
+                       what + " " + where + " within the rendezvous deadline (" +
+                       seconds(options.rendezvous_timeout) + " s), " +
+                       std::to_string(options.min_nodes()) +
+                       " are needed; missing: " + node_list(missing));
+  }
+  return std::nullopt;
+}
 
 Membership membership_of(const Members& members, int me, bool equal_node_sizes) {
   const std::vector<int>& nodes = members.nodes;

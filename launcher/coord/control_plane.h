@@ -13,6 +13,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,10 @@ struct ControlOptions {
   bool equal_node_sizes = true;
 
   bool etcd() const { return !etcd_endpoints.empty(); }
+  // Elastic: fewer than nnodes nodes may form a generation.
+  bool elastic() const { return min_nnodes > 0 && min_nnodes < nnodes; }
+  // The fewest nodes a generation starts with.
+  int min_nodes() const { return elastic() ? min_nnodes : nnodes; }
 };
 
 inline constexpr std::chrono::milliseconds kControlPollInterval{100};
@@ -70,6 +75,34 @@ struct Membership {
 // its position among them. With `equal_node_sizes`, a member that published another number of
 // endpoints than the first is a ControlError.
 Membership membership_of(const Members& members, int me, bool equal_node_sizes);
+
+// What a control plane knows of generation `generation` at one moment; each plane fills it from
+// its own records (node 0's store, or etcd's keys and leases).
+struct GenerationCandidates {
+  int generation = 0;
+  std::set<int> joined;    // joined the generation and alive, node ranks below nnodes
+  std::set<int> expected;  // waited for: with a fixed count or in generation 0 every node;
+                           // elastic later, the nodes still in the job (previous members and
+                           // nodes waiting to be admitted)
+  std::set<int> lost;      // known lost: a fixed-size job cannot start without one of the
+                           // expected nodes among them; an elastic one stops waiting for them
+};
+
+// The rule both control planes decide a generation's members by: every expected node joined, or
+// at least options.min_nodes() joined and the last call (options.last_call_timeout from the first
+// moment they were there; kept in `last_call`) or the rendezvous `deadline` has passed. Returns
+// the members (ascending) once the generation can start, nullopt while it waits. Throws
+// ControlError when a fixed-size job lost an expected node (`lost_how` says how, e.g.
+// " (their etcd leases expired)") or fewer than the minimum joined by `deadline` (`where` names
+// the place joined, e.g. "at the control store at 10.0.0.1:29501").
+std::optional<std::vector<int>> ready_members(
+    const ControlOptions& options, const GenerationCandidates& candidates,
+    std::chrono::steady_clock::time_point now, std::chrono::steady_clock::time_point deadline,
+    std::optional<std::chrono::steady_clock::time_point>& last_call, const std::string& where,
+    const std::string& lost_how);
+
+// "0, 2, 3": node ranks as messages list them.
+std::string node_list(const std::set<int>& nodes);
 
 // One node's view of the job's control plane. Its methods are called from the launcher's
 // supervising thread, except the report_* ones (any thread). Errors are ControlError.

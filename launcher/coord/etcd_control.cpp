@@ -27,14 +27,6 @@ std::string seconds_text(milliseconds ms) {
   return os.str();
 }
 
-std::string list_nodes(const std::vector<int>& nodes) {
-  std::string out;
-  for (int n : nodes) out += (out.empty() ? "" : ", ") + std::to_string(n);
-  return out;
-}
-std::string list_nodes(const std::set<int>& nodes) {
-  return list_nodes(std::vector<int>(nodes.begin(), nodes.end()));
-}
 
 std::string gen(const std::string& family, int generation) {
   return family + "/" + std::to_string(generation);
@@ -401,7 +393,7 @@ Control::Agreement EtcdControl::rendezvous(const JobDescription& mine,
 
     // Every node compares its description with every other one it sees: whichever of two nodes
     // arrives second finds a mismatch between them, and publishes it as the job's failure.
-    const bool elastic = options_.min_nnodes > 0 && options_.min_nnodes < options_.nnodes;
+    const bool elastic = options_.elastic();
     while (true) {
       const View view = read_view(client, -1);
       if (view.failed) {
@@ -418,7 +410,7 @@ Control::Agreement EtcdControl::rendezvous(const JobDescription& mine,
       if (missing.empty()) break;
       const auto now = Clock::now();
       if (now >= deadline) {
-        throw ControlError("node(s) " + list_nodes(missing) + " of " +
+        throw ControlError("node(s) " + node_list(missing) + " of " +
                            std::to_string(options_.nnodes) + " did not join the job in " +
                            where() + " within the rendezvous deadline (" +
                            seconds_text(options_.rendezvous_timeout) +
@@ -443,65 +435,34 @@ Control::Agreement EtcdControl::rendezvous(const JobDescription& mine,
   }
 }
 
-std::optional<std::vector<int>> EtcdControl::ready_members(
-    const View& view, int generation, Clock::time_point deadline,
-    std::optional<Clock::time_point>& last_call) {
-  const bool elastic = options_.min_nnodes > 0 && options_.min_nnodes < options_.nnodes;
-  const int min_nodes = elastic ? options_.min_nnodes : options_.nnodes;
-  const std::string what = "generation " + std::to_string(generation);
-  std::set<int> joined;
+GenerationCandidates EtcdControl::candidates(const View& view, int generation) const {
+  GenerationCandidates c;
+  c.generation = generation;
   for (int n : view.joined) {
-    if (n < options_.nnodes && view.claimed.count(n)) joined.insert(n);
+    if (n < options_.nnodes && view.claimed.count(n)) c.joined.insert(n);
   }
-  // Who is still to come: with a fixed count every node; elastic, the first generation waits for
-  // up to nnodes, a later one for every launcher of the job still alive (the previous members
-  // restarting and the nodes waiting to be admitted).
-  std::set<int> expected;
-  if (!elastic || generation == 0) {
-    for (int n = 0; n < options_.nnodes; ++n) expected.insert(n);
+  // Fixed count or generation 0: every node; elastic later, every launcher of the job still
+  // alive (the previous members restarting and the nodes waiting to be admitted).
+  if (!options_.elastic() || generation == 0) {
+    for (int n = 0; n < options_.nnodes; ++n) c.expected.insert(n);
   } else {
     for (int n : view.claimed) {
-      if (n < options_.nnodes) expected.insert(n);
+      if (n < options_.nnodes) c.expected.insert(n);
     }
   }
-  std::set<int> missing;
-  for (int n : expected) {
-    if (!joined.count(n)) missing.insert(n);
-  }
-  if (!elastic && generation > 0) {
-    std::set<int> gone;
-    for (int n : missing) {
-      if (!view.claimed.count(n)) gone.insert(n);
-    }
-    if (!gone.empty()) {
-      throw ControlError("node(s) " + list_nodes(gone) + " of " + std::to_string(options_.nnodes) +
-                         " were lost (their etcd leases expired); a job with a fixed --nnodes "
-                         "cannot start " +
-                         what + " without them (--nnodes=MIN:MAX lets it go on with fewer)");
+  // After generation 0, a node without a claim (its lease expired) is lost; before, it may be
+  // still to come.
+  if (generation > 0) {
+    for (int n : c.expected) {
+      if (!view.claimed.count(n)) c.lost.insert(n);
     }
   }
-  const auto now = Clock::now();
-  const int count = static_cast<int>(joined.size());
-  if (count >= min_nodes) {
-    if (missing.empty()) return std::vector<int>(joined.begin(), joined.end());
-    if (!last_call) last_call = now + options_.last_call_timeout;
-    if (now >= *last_call || now >= deadline) {
-      spdlog::info("{}: starting with {} node(s) ({}); node(s) {} did not join in time", what,
-                   count, list_nodes(joined), list_nodes(missing));
-      return std::vector<int>(joined.begin(), joined.end());
-    }
-  } else if (now >= deadline) {
-    throw ControlError(std::to_string(count) + " node(s) (" + list_nodes(joined) + ") joined " +
-                       what + " in " + where() + " within the rendezvous deadline (" +
-                       seconds_text(options_.rendezvous_timeout) + " s), " +
-                       std::to_string(min_nodes) + " are needed; missing: " + list_nodes(missing));
-  }
-  return std::nullopt;
+  return c;
 }
 
 Membership EtcdControl::join_generation(Generation requested) {
   const int me = options_.node_rank;
-  const bool elastic = options_.min_nnodes > 0 && options_.min_nnodes < options_.nnodes;
+  const bool elastic = options_.elastic();
   const auto deadline = Clock::now() + options_.rendezvous_timeout;
   int generation = requested.index();
   std::lock_guard<std::mutex> client_lock(client_mutex_);
@@ -554,7 +515,8 @@ Membership EtcdControl::join_generation(Generation requested) {
       }
       if (elastic) check_description(client);
       if (std::optional<std::vector<int>> nodes =
-              ready_members(view, generation, deadline, last_call)) {
+              ready_members(options_, candidates(view, generation), Clock::now(), deadline,
+                            last_call, "in " + where(), " (their etcd leases expired)")) {
         // Whoever sees first that the generation can start decides it; the others read it.
         Members decided;
         decided.generation = generation;
@@ -649,7 +611,7 @@ void EtcdControl::stop_watcher() {
 void EtcdControl::watch_loop(std::shared_ptr<ExternalStop> stop) {
   etcd::Client& client = *watch_client_;
   const int me = options_.node_rank;
-  const bool elastic = options_.min_nnodes > 0 && options_.min_nnodes < options_.nnodes;
+  const bool elastic = options_.elastic();
   bool delivered = false;            // the job's failure was passed on
   std::set<int> ended;               // generations whose end was passed on
   std::set<std::pair<int, int>> declared;  // (generation, node) losses and admissions published

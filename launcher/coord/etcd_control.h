@@ -94,10 +94,9 @@ class EtcdControl final : public Control {
   // Waits for a change under the run's prefix after `revision`, at most `timeout`.
   std::int64_t wait_change(etcd::Client& client, std::int64_t revision,
                            std::chrono::milliseconds timeout);
-  // The members of `generation` when it can start now (the TCP plane's rule), else nullopt.
-  std::optional<std::vector<int>> ready_members(const View& view, int generation,
-                                                std::chrono::steady_clock::time_point deadline,
-                                                std::optional<std::chrono::steady_clock::time_point>& last_call);
+  // What `view` says of `generation` for ready_members() (control_plane.h), the rule both
+  // control planes decide a generation's members by.
+  GenerationCandidates candidates(const View& view, int generation) const;
   void publish_failure(etcd::Client& client, const FailureRecord& record);
   void end_generation(etcd::Client& client, int generation, const std::string& record);
   void check_description(etcd::Client& client);

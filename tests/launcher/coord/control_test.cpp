@@ -6,6 +6,8 @@
 
 #include <chrono>
 #include <future>
+#include <optional>
+#include <set>
 #include <thread>
 
 #include "tests/support/ports.h"
@@ -466,6 +468,99 @@ TEST(ControlChannel, ElasticJobStartsWithTheMinimumAndAdmitsALateNode) {
   EXPECT_EQ(env::join_endpoints(m2.endpoints),
             "127.0.0.1:9000,127.0.0.1:9001,127.0.0.3:7000,127.0.0.3:7001");
   c0.finish();
+}
+
+// --- ready_members: the rule both control planes decide a generation's members by -----------
+
+ControlOptions rule_options(int nnodes, int min_nnodes) {
+  ControlOptions o;
+  o.nnodes = nnodes;
+  o.min_nnodes = min_nnodes;
+  o.last_call_timeout = milliseconds(2000);
+  o.rendezvous_timeout = milliseconds(10'000);
+  return o;
+}
+
+GenerationCandidates candidates(int generation, std::set<int> joined, std::set<int> expected,
+                                std::set<int> lost = {}) {
+  GenerationCandidates c;
+  c.generation = generation;
+  c.joined = std::move(joined);
+  c.expected = std::move(expected);
+  c.lost = std::move(lost);
+  return c;
+}
+
+TEST(ReadyMembers, AFixedJobWaitsForEveryNodeThenStarts) {
+  const ControlOptions o = rule_options(3, 0);
+  const auto t0 = Clock::now();
+  const auto deadline = t0 + o.rendezvous_timeout;
+  std::optional<Clock::time_point> last_call;
+  EXPECT_FALSE(ready_members(o, candidates(0, {0, 2}, {0, 1, 2}), t0, deadline, last_call, "", ""));
+  EXPECT_FALSE(last_call) << "no last call below the minimum (all 3 with a fixed count)";
+  EXPECT_FALSE(ready_members(o, candidates(0, {0, 2}, {0, 1, 2}), t0 + milliseconds(9000),
+                             deadline, last_call, "", ""));
+  EXPECT_EQ(ready_members(o, candidates(0, {0, 1, 2}, {0, 1, 2}), t0, deadline, last_call, "", ""),
+            (std::vector<int>{0, 1, 2}));
+}
+
+TEST(ReadyMembers, TooFewAtTheDeadlineNamesWhoJoinedAndWhoIsMissing) {
+  const ControlOptions o = rule_options(3, 0);
+  const auto t0 = Clock::now();
+  std::optional<Clock::time_point> last_call;
+  try {
+    ready_members(o, candidates(0, {0, 2}, {0, 1, 2}), t0 + o.rendezvous_timeout,
+                  t0 + o.rendezvous_timeout, last_call, "in etcd at 10.0.0.1:2379", "");
+    FAIL() << "no error at the deadline";
+  } catch (const ControlError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "2 node(s) (0, 2) joined generation 0 in etcd at 10.0.0.1:2379 within the "
+              "rendezvous deadline (10 s), 3 are needed; missing: 1");
+  }
+}
+
+TEST(ReadyMembers, AnElasticJobStartsWithTheMinimumAfterTheLastCall) {
+  const ControlOptions o = rule_options(3, 2);
+  const auto t0 = Clock::now();
+  const auto deadline = t0 + o.rendezvous_timeout;
+  std::optional<Clock::time_point> last_call;
+  EXPECT_FALSE(ready_members(o, candidates(0, {0}, {0, 1, 2}), t0, deadline, last_call, "", ""));
+  EXPECT_FALSE(last_call);
+  EXPECT_FALSE(ready_members(o, candidates(0, {0, 1}, {0, 1, 2}), t0 + milliseconds(500), deadline,
+                             last_call, "", ""));
+  ASSERT_TRUE(last_call) << "the minimum is there: the last call begins";
+  EXPECT_EQ(*last_call, t0 + milliseconds(2500));
+  EXPECT_FALSE(ready_members(o, candidates(0, {0, 1}, {0, 1, 2}), t0 + milliseconds(2400),
+                             deadline, last_call, "", ""));
+  EXPECT_EQ(ready_members(o, candidates(0, {0, 1}, {0, 1, 2}), t0 + milliseconds(2500), deadline,
+                          last_call, "", ""),
+            (std::vector<int>{0, 1}));
+}
+
+TEST(ReadyMembers, AnElasticJobStopsWaitingForALostNode) {
+  const ControlOptions o = rule_options(3, 2);
+  const auto t0 = Clock::now();
+  std::optional<Clock::time_point> last_call;
+  EXPECT_EQ(ready_members(o, candidates(1, {1, 2}, {0, 1, 2}, {0}), t0, t0 + o.rendezvous_timeout,
+                          last_call, "", ""),
+            (std::vector<int>{1, 2}))
+      << "node 0 lost: nothing left to wait for";
+}
+
+TEST(ReadyMembers, AFixedJobCannotStartWithoutALostNode) {
+  const ControlOptions o = rule_options(3, 0);
+  const auto t0 = Clock::now();
+  std::optional<Clock::time_point> last_call;
+  try {
+    ready_members(o, candidates(1, {1, 2}, {0, 1, 2}, {0}), t0, t0 + o.rendezvous_timeout,
+                  last_call, "", " (their etcd leases expired)");
+    FAIL() << "a fixed job started without node 0";
+  } catch (const ControlError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "node(s) 0 of 3 were lost (their etcd leases expired); a job with a fixed --nnodes "
+              "cannot start generation 1 without them (--nnodes=MIN:MAX lets it go on with "
+              "fewer)");
+  }
 }
 
 }  // namespace
