@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 
+#include "tests/launcher/coord/control_fixtures.h"
 #include "tests/support/ports.h"
 
 namespace ddl::launcher {
@@ -32,15 +33,8 @@ ControlOptions options_for(std::uint16_t port, int node, int nnodes) {
   return o;
 }
 
-JobDescription description(int nproc) {
-  return {{"nnodes", "2"}, {"nproc_per_node", std::to_string(nproc)}, {"worker program", "w"}};
-}
-
-std::vector<env::Endpoint> endpoints(const std::string& host, std::uint16_t first, int n) {
-  std::vector<env::Endpoint> out;
-  for (int i = 0; i < n; ++i) out.push_back({host, static_cast<std::uint16_t>(first + i)});
-  return out;
-}
+using control_fixtures::description;
+using control_fixtures::endpoints;
 
 bool wait_for(const std::function<bool()>& done, milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;

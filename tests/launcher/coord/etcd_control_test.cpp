@@ -14,7 +14,9 @@
 #include <thread>
 
 #include "launcher/coord/etcd_client.h"
+#include "tests/launcher/coord/control_fixtures.h"
 #include "tests/support/etcd_cluster.h"
+#include "tests/support/poll.h"
 #include "tests/support/ports.h"
 
 namespace ddl::launcher {
@@ -40,24 +42,8 @@ ControlOptions options_for(const std::vector<env::Endpoint>& etcd, int node, int
   return o;
 }
 
-JobDescription description(int nproc) {
-  return {{"nnodes", "2"}, {"nproc_per_node", std::to_string(nproc)}, {"worker program", "w"}};
-}
-
-std::vector<env::Endpoint> endpoints(const std::string& host, std::uint16_t first, int n) {
-  std::vector<env::Endpoint> out;
-  for (int i = 0; i < n; ++i) out.push_back({host, static_cast<std::uint16_t>(first + i)});
-  return out;
-}
-
-bool wait_for(const std::function<bool()>& done, milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
-  while (!done()) {
-    if (Clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(milliseconds(10));
-  }
-  return true;
-}
+using control_fixtures::description;
+using control_fixtures::endpoints;
 
 // A node in a process of its own that joins generation 0 of a `nnodes` job as node `node`, says
 // so through a pipe and waits to be SIGKILLed: a launcher that dies without a goodbye. Forked
@@ -166,7 +152,7 @@ TEST_F(EtcdControlTest, TwoNodesAgreeOnEndpointsAndTheFirstJobIdAndLeaveNoKeys) 
   c1->watch(stop1);
   c0.report_generation_success(Generation(0));
   c1->report_generation_success(Generation(0));
-  ASSERT_TRUE(wait_for([&] { return stop0->succeeded(Generation(0)) && stop1->succeeded(Generation(0)); },
+  ASSERT_TRUE(ddl::testing::wait_until([&] { return stop0->succeeded(Generation(0)) && stop1->succeeded(Generation(0)); },
                        milliseconds(3000)));
   EXPECT_FALSE(c0.finish());
   EXPECT_FALSE(c1->finish());
@@ -271,7 +257,7 @@ TEST_F(EtcdControlTest, TheJobSurvivesNodeZerosLauncherBeingKilled) {
 
   const auto killed = Clock::now();
   node0.kill();
-  ASSERT_TRUE(wait_for([&] { return stop1->generation_failure(Generation(0)).has_value(); },
+  ASSERT_TRUE(ddl::testing::wait_until([&] { return stop1->generation_failure(Generation(0)).has_value(); },
                        milliseconds(8000)));
   EXPECT_LT(Clock::now() - killed, milliseconds(6000)) << "about the lease's TTL (2 s)";
   EXPECT_NE(stop1->generation_failure(Generation(0))->second.find("node 0's launcher stopped"),
@@ -301,7 +287,7 @@ TEST_F(EtcdControlTest, AFixedJobStopsNamingTheLostNode) {
   c0->watch(stop0);
   ASSERT_TRUE(node1.joined());
   node1.kill();
-  ASSERT_TRUE(wait_for([&] { return stop0->requested().has_value(); }, milliseconds(8000)));
+  ASSERT_TRUE(ddl::testing::wait_until([&] { return stop0->requested().has_value(); }, milliseconds(8000)));
   EXPECT_NE(stop0->requested()->second.find("node 1's launcher stopped answering"),
             std::string::npos)
       << stop0->requested()->second;
