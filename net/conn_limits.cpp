@@ -27,6 +27,8 @@ const char* rejection_name(Rejection kind) {
       return "closed to keep the descriptor reserve";
     case Rejection::kAcceptFailed:
       return "failed accepts";
+    case Rejection::kEvicted:
+      return "evicted for newer connections";
   }
   return "other";
 }

@@ -31,8 +31,10 @@ enum class Rejection {
   kAddressCap,        // over the cap of pending handshakes from one address
   kLowDescriptors,    // accepted while free descriptors were below the reserve
   kAcceptFailed,      // accept() itself failed (e.g. EMFILE); the server paused accepting
+  kEvicted,           // still in its handshake when a pending cap was reached, the oldest one
+                      // there: closed to make room for a newer connection
 };
-inline constexpr std::size_t kRejectionKinds = 8;
+inline constexpr std::size_t kRejectionKinds = 9;
 
 // Plural noun phrase for a count of `kind`: "handshake timeouts".
 const char* rejection_name(Rejection kind);

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <boost/asio.hpp>
 #include <deque>
+#include <list>
 #include <optional>
 #include <thread>
 #include <unordered_map>
@@ -59,7 +60,10 @@ class FramedServer::Impl {
   void forget(Session* s) { sessions_.erase(s); }
   // A connection turned away before it authenticated: counted for the interval's summary line.
   void reject(Rejection kind, const std::string& address);
-  void pending_done(const std::string& address) {
+  // Connections in their handshake, oldest first (the eviction order).
+  using PendingList = std::list<Session*>;
+  void pending_done(PendingList::iterator pos, const std::string& address) {
+    pending_order_.erase(pos);
     pending_.remove(address);
     pending_count_.store(pending_.total());
   }
@@ -69,6 +73,9 @@ class FramedServer::Impl {
   void accept();
   void on_accepted(tcp::socket socket);
   std::optional<Rejection> admission_gate(const tcp::socket& socket, const std::string& address);
+  // Over pending cap `over`: closes the oldest pending connection that cap counts (from
+  // `address` for the per-address cap) if it has waited options_.eviction_age; true if it did.
+  bool evict_for(Rejection over, const std::string& address);
   void pause_accepting(const error_code& ec);
   void log_rejections();
   void shutdown();
@@ -85,6 +92,7 @@ class FramedServer::Impl {
   std::atomic<std::size_t> turned_away_{0};
   std::atomic<std::size_t> pending_count_{0};
   PendingLimits pending_{options_.max_pending_connections, options_.max_pending_per_address};
+  PendingList pending_order_;
   RejectionTally rejections_;
   asio::steady_timer summary_timer_{io_};
   bool summary_armed_ = false;
@@ -96,12 +104,20 @@ class FramedServer::Impl {
 class FramedServer::Impl::Session : public Connection,
                                     public std::enable_shared_from_this<Session> {
  public:
-  Session(Impl& server, tcp::socket socket, std::string peer, std::string address)
+  Session(Impl& server, tcp::socket socket, std::string peer, std::string address,
+          PendingList::iterator pending_pos)
       : server_(server),
         socket_(std::move(socket)),
         peer_(std::move(peer)),
         address_(std::move(address)),
+        pending_pos_(pending_pos),
         handshake_timer_(server.io()) {}
+
+  const std::string& address() const { return address_; }
+  std::chrono::steady_clock::time_point accepted_at() const { return accepted_at_; }
+
+  // Still in its handshake, the oldest one under a full pending cap: makes room for a newer one.
+  void evict() { reject(Rejection::kEvicted, "evicted for a newer connection (a pending cap is full)"); }
 
   void start() {
     auto self = shared_from_this();
@@ -169,7 +185,7 @@ class FramedServer::Impl::Session : public Connection,
   void leave_pending() {
     if (!pending_) return;
     pending_ = false;
-    server_.pending_done(address_);
+    server_.pending_done(pending_pos_, address_);
   }
 
   void read_more() {
@@ -360,6 +376,8 @@ class FramedServer::Impl::Session : public Connection,
   std::string peer_;
   std::string address_;  // the peer's address without the port, for the per-address cap
   bool pending_ = true;  // counted in the server's pending caps
+  PendingList::iterator pending_pos_;  // in the server's pending_order_ while pending_
+  std::chrono::steady_clock::time_point accepted_at_ = std::chrono::steady_clock::now();
   State state_ = State::kHandshake;
   int rank_ = -1;
   FrameDecoder decoder_{kMaxHelloPayloadBytes};
@@ -471,7 +489,12 @@ void FramedServer::Impl::on_accepted(tcp::socket socket) {
     address = remote.address().to_string();
     peer = address + ":" + std::to_string(remote.port());
   }
-  if (auto why = admission_gate(socket, address)) {
+  std::optional<Rejection> why = admission_gate(socket, address);
+  // Over the server's cap and its address's, a newcomer may take two places: one of each.
+  for (int tries = 0; tries < 2 && why && evict_for(*why, address); ++tries) {
+    why = admission_gate(socket, address);
+  }
+  if (why) {
     turned_away_.fetch_add(1);
     reject(*why, address);
     socket.close(ignored);
@@ -480,10 +503,26 @@ void FramedServer::Impl::on_accepted(tcp::socket socket) {
   socket.set_option(tcp::no_delay(true), ignored);
   pending_.add(address);
   pending_count_.store(pending_.total());
-  auto session =
-      std::make_shared<Session>(*this, std::move(socket), std::move(peer), std::move(address));
+  const PendingList::iterator pos = pending_order_.insert(pending_order_.end(), nullptr);
+  auto session = std::make_shared<Session>(*this, std::move(socket), std::move(peer),
+                                           std::move(address), pos);
+  *pos = session.get();
   sessions_.emplace(session.get(), session);
   session->start();
+}
+
+bool FramedServer::Impl::evict_for(Rejection over, const std::string& address) {
+  if (over != Rejection::kServerCap && over != Rejection::kAddressCap) return false;
+  const auto now = std::chrono::steady_clock::now();
+  for (Session* s : pending_order_) {
+    if (over == Rejection::kAddressCap && s->address() != address) continue;
+    // The oldest the cap counts is too young: so is every later one.
+    if (now - s->accepted_at() < options_.eviction_age) return false;
+    const std::shared_ptr<Session> keep = sessions_.at(s);  // alive through its close
+    keep->evict();  // leaves pending_order_: stop iterating it
+    return true;
+  }
+  return false;
 }
 
 void FramedServer::Impl::reject(Rejection kind, const std::string& address) {

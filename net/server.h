@@ -69,9 +69,16 @@ struct ServerOptions {
   std::chrono::milliseconds handshake_timeout{5'000};
   // At most this many connections in their handshake at once, and at most this many from one
   // address; a connection beyond either is closed as soon as it is accepted (its client retries
-  // until its connect deadline, net/client.h). Authenticated connections are not counted.
+  // until its connect deadline, net/client.h) unless it can evict one (eviction_age).
+  // Authenticated connections are not counted.
   std::size_t max_pending_connections = 128;
   std::size_t max_pending_per_address = 64;
+  // A connection over a pending cap takes instead the place of the oldest pending connection the
+  // cap counts (of its address, for the per-address cap) if that one has been in its handshake
+  // this long; the oldest is closed. A rank's handshake takes milliseconds, so strangers that
+  // keep the caps full of idle connections hold a slot for about this long, not for the whole
+  // handshake_timeout, and a rank retrying gets in.
+  std::chrono::milliseconds eviction_age{250};
   // While fewer descriptors than this are free (soft RLIMIT_NOFILE less those open), a new
   // connection is closed as soon as it is accepted, keeping the rest for the job's own files,
   // pipes and connections. When accept itself fails (EMFILE), the server pauses accepting for
