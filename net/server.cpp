@@ -117,7 +117,9 @@ class FramedServer::Impl::Session : public Connection,
   std::chrono::steady_clock::time_point accepted_at() const { return accepted_at_; }
 
   // Still in its handshake, the oldest one under a full pending cap: makes room for a newer one.
-  void evict() { reject(Rejection::kEvicted, "evicted for a newer connection (a pending cap is full)"); }
+  void evict() {
+    reject(Rejection::kEvicted, "evicted for a newer connection (a pending cap is full)");
+  }
 
   void start() {
     auto self = shared_from_this();

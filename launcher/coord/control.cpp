@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <charconv>
 #include <map>
-#include <sstream>
 
 #include "launcher/coord/munge_auth.h"
 #include "store/prefix_store.h"
@@ -40,12 +39,6 @@ std::string gen_key(const char* family, int generation) {
 
 Bytes bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
 std::string text(const Bytes& b) { return std::string(b.begin(), b.end()); }
-
-std::string seconds_text(milliseconds ms) {
-  std::ostringstream os;
-  os << static_cast<double>(ms.count()) / 1000.0;
-  return os.str();
-}
 
 // For a node other than 0 that finds nobody at node 0's address: node 0 is not there yet (it
 // starts later than the rendezvous deadline allows) or not any more (it gave up waiting, or the

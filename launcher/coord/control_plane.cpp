@@ -8,15 +8,12 @@
 #include "launcher/coord/etcd_control.h"
 
 namespace ddl::launcher {
-namespace {
 
-std::string seconds(std::chrono::milliseconds ms) {
+std::string seconds_text(std::chrono::milliseconds ms) {
   std::ostringstream os;
   os << static_cast<double>(ms.count()) / 1000.0;
   return os.str();
 }
-
-}  // namespace
 
 std::string node_list(const std::set<int>& nodes) {
   std::string out;
@@ -61,7 +58,7 @@ std::optional<std::vector<int>> ready_members(
   } else if (now >= deadline) {
     throw ControlError(std::to_string(count) + " node(s) (" + node_list(c.joined) + ") joined " +
                        what + " " + where + " within the rendezvous deadline (" +
-                       seconds(options.rendezvous_timeout) + " s), " +
+                       seconds_text(options.rendezvous_timeout) + " s), " +
                        std::to_string(options.min_nodes()) +
                        " are needed; missing: " + node_list(missing));
   }

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <charconv>
 #include <map>
-#include <sstream>
 
 #include "launcher/coord/etcd_client.h"
 #include "net/auth.h"
@@ -20,13 +19,6 @@ using etcd::KeyValue;
 using etcd::Op;
 
 constexpr std::size_t kSealHex = 2 * net::kDigestBytes;
-
-std::string seconds_text(milliseconds ms) {
-  std::ostringstream os;
-  os << static_cast<double>(ms.count()) / 1000.0;
-  return os.str();
-}
-
 
 std::string gen(const std::string& family, int generation) {
   return family + "/" + std::to_string(generation);
