@@ -816,7 +816,11 @@ std::set<int> ControlChannel::lost_nodes() {
 
 std::optional<FailureRecord> ControlChannel::finish() {
   const int me = options_.node_rank;
+  std::optional<FailureRecord> failure;
   if (me != 0) {
+    // The job's failure is read before the goodbye: node 0 may end (and its store with it) as
+    // soon as it has every node's goodbye.
+    failure = known_failure();
     try {
       say_goodbye();
     } catch (const StoreError& e) {
@@ -852,18 +856,20 @@ std::optional<FailureRecord> ControlChannel::finish() {
     }
   }
   stop_watcher();
-  std::optional<FailureRecord> failure;
+  return failure ? failure : known_failure();
+}
+
+std::optional<FailureRecord> ControlChannel::known_failure() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    failure = seen_failure_;
+    if (seen_failure_) return seen_failure_;
   }
-  if (!failure) {
-    try {
-      failure = read_failure(*store_);
-    } catch (const StoreError&) {
-    }
+  try {
+    return read_failure(*store_);
+  } catch (const StoreError& e) {
+    spdlog::debug("could not read the job's failure from {}: {}", where(), e.what());
+    return std::nullopt;
   }
-  return failure;
 }
 
 void ControlChannel::abandon() {

@@ -147,6 +147,9 @@ class ControlChannel final : public Control {
   // The record under "failed", if set. A malformed one is reported as a failure of unknown origin
   // (node -1) quoting the decoder's error: the job still fails fast.
   std::optional<FailureRecord> read_failure(Store& store);
+  // The failure the watcher saw, else the one under "failed" (none when the store cannot be
+  // reached any more).
+  std::optional<FailureRecord> known_failure();
   // Sets "failed" to `record` unless another failure was first; true when this one won.
   bool publish_failure(Store& store, const FailureRecord& record);
   std::string where() const;
