@@ -111,6 +111,17 @@ std::optional<std::string> FramedClient::Impl::try_connect(Clock::time_point dea
   });
   if (!run_until(deadline, done, [&] { socket_.close(ignored); })) return "connect timed out";
   if (ec) return ec.message();
+  // Connecting to a port of this host where nothing listens yet can, once in some thousand
+  // tries, pick that same port as the source and connect the socket to itself (a TCP
+  // simultaneous open). Kept, it would hold the port the server is about to bind: dropped at
+  // once with a reset (no TIME_WAIT) and counted as a refusal.
+  const tcp::endpoint local = socket_.local_endpoint(ignored);
+  if (local == socket_.remote_endpoint(ignored)) {
+    socket_.set_option(asio::socket_base::linger(true, 0), ignored);
+    socket_.close(ignored);
+    return "Connection refused (the connect reached its own source port " +
+           std::to_string(local.port()) + ": nothing listens there yet)";
+  }
   socket_.set_option(tcp::no_delay(true), ignored);
   return std::nullopt;
 }

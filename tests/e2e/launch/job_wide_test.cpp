@@ -73,7 +73,7 @@ TEST(JobWide, AFailureOnNode1RestartsBothNodesTogether) {
   const auto env = job_env("rank=3,step=5,exit=7,restart=0");
   LaunchRun node0(tmp0, node_args(0, "2", port, logs0, extra, kSteps), env);
   LaunchRun node1(tmp1, node_args(1, "2", port, logs1, extra, kSteps), env);
-  ASSERT_EQ(node1.wait(milliseconds(60'000)), 0) << node1.err();
+  ASSERT_EQ(node1.wait(milliseconds(60'000)), 0) << node1.err() << "\nnode 0:\n" << node0.err();
   ASSERT_EQ(node0.wait(milliseconds(60'000)), 0) << node0.err();
 
   // Node 0 heard of it, stopped its ranks and both started generation 1, within 5 s.
