@@ -132,21 +132,15 @@ class EtcdCluster {
     return text.size() <= n ? text : "..." + text.substr(text.size() - n);
   }
 
-  // `count` ports free on 127.0.0.1, above Linux's default ephemeral range (32768..60999): the
+  // `count` (up to 16) ports free on 127.0.0.1, above Linux's default ephemeral range: the
   // members connect to each other's peer ports before all are bound, and a port from that range
   // could be taken by such a connect (or anyone's) before its member binds it, also while a killed
-  // member is down. Spread by pid so that concurrent tests start apart.
+  // member is down (tests/support/ports.h).
   static std::vector<std::uint16_t> free_ports_above_ephemeral(int count) {
+    if (count > 16) throw std::runtime_error("an etcd test cluster takes at most 16 ports");
+    const int first = free_port_block_above_ephemeral() - 1;
     std::vector<std::uint16_t> out;
-    const int first = 61000 + static_cast<int>(::getpid() % 500) * 8;
-    for (int k = 0; k < 4000 && static_cast<int>(out.size()) < count; ++k) {
-      const int port = 61000 + (first - 61000 + k) % 4000;
-      if (bindable_on_loopback(port)) out.push_back(static_cast<std::uint16_t>(port));
-    }
-    if (static_cast<int>(out.size()) < count) {
-      throw std::runtime_error("not " + std::to_string(count) +
-                               " free ports in 61000..65000 on 127.0.0.1");
-    }
+    for (int k = 0; k < count; ++k) out.push_back(static_cast<std::uint16_t>(first + k));
     return out;
   }
 

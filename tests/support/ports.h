@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -15,15 +16,6 @@ namespace ddl::testing {
 
 // A port that was free on 127.0.0.1 a moment ago (bound to port 0, then closed).
 inline std::uint16_t free_port() { return net::pick_free_ports("127.0.0.1", 1).front(); }
-
-// The same, below `limit`, so that the ports after it exist too (--started_port P uses P, P+1, ...).
-inline std::uint16_t free_port_below(std::uint16_t limit) {
-  for (int attempt = 0; attempt < 50; ++attempt) {
-    const std::uint16_t port = free_port();
-    if (port < limit) return port;
-  }
-  throw std::runtime_error("no free port below " + std::to_string(limit) + " on 127.0.0.1");
-}
 
 // Whether `port` can be bound on 127.0.0.1 right now.
 inline bool bindable_on_loopback(int port) {
@@ -38,16 +30,21 @@ inline bool bindable_on_loopback(int port) {
   return ok;
 }
 
-// P such that P and P + 1 are free on 127.0.0.1, both above Linux's default ephemeral range
-// (32768..60999): where many processes retry connects to P + 1 before it is bound, the ports
-// their connects take can never be P + 1 itself. Spread by pid so concurrent tests differ.
-inline std::uint16_t free_port_pair_above_ephemeral() {
-  for (int port = 61000 + static_cast<int>(::getpid() % 1000) * 4; port < 65000; port += 2) {
-    if (bindable_on_loopback(port) && bindable_on_loopback(port + 1)) {
-      return static_cast<std::uint16_t>(port);
-    }
+// A port P for a job's launchers to bind later (--master_port, --started_port): P - 1 .. P + 14
+// are free on 127.0.0.1 now (the control store may take P - 1 or P + 1, the ranks P, P + 1, ...),
+// all above Linux's default ephemeral range (32768..60999), so that no connect on this host (the
+// other nodes' retries to P included) is given one of them as its source port before the job
+// binds it. Successive calls in one process return disjoint blocks; spread by pid.
+inline std::uint16_t free_port_block_above_ephemeral() {
+  constexpr int kBlock = 16, kFirst = 61000, kBlocks = (65000 - kFirst) / kBlock;
+  static std::atomic<int> next{static_cast<int>(::getpid() % kBlocks)};
+  for (int attempt = 0; attempt < kBlocks; ++attempt) {
+    const int base = kFirst + (next.fetch_add(1) % kBlocks) * kBlock;
+    bool free = true;
+    for (int port = base; free && port < base + kBlock; ++port) free = bindable_on_loopback(port);
+    if (free) return static_cast<std::uint16_t>(base + 1);
   }
-  throw std::runtime_error("no two free ports in 61000..65000 on 127.0.0.1");
+  throw std::runtime_error("no 16 free ports in a row in 61000..65000 on 127.0.0.1");
 }
 
 }  // namespace ddl::testing

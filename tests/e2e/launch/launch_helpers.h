@@ -51,9 +51,9 @@ using testing::read_file;
 using testing::TempDir;
 using testing::wait_until;
 
-// A port that was free on 127.0.0.1 a moment ago, below 65000 so that a few ports after it exist
-// too (--started_port P uses P, P+1, ...).
-inline int free_loopback_port() { return testing::free_port_below(65000); }
+// A port for a job's --master_port or --started_port: free, with its neighbours, on 127.0.0.1,
+// above the ephemeral range (tests/support/ports.h).
+inline int free_loopback_port() { return testing::free_port_block_above_ephemeral(); }
 
 // One run of `launch` with stdout and stderr captured in files. `prefix` goes in front of the
 // launcher's argv (e.g. {"/usr/sbin/ip", "netns", "exec", NAME} to start it in a namespace).

@@ -30,7 +30,7 @@ class Nodes {
         const std::string& fault = "") {
     // --master_port P: rank 0 takes P, the control store P + 1; 31 launchers retry their
     // connects to P + 1 before node 0 binds it.
-    const int port = ddl::testing::free_port_pair_above_ephemeral();
+    const int port = ddl::testing::free_port_block_above_ephemeral();
     ddl::env::EnvMap env{{ddl::env::kJobSecret, kSecret}};
     if (!fault.empty()) env[ddl::env::kFault] = fault;
     for (int i = 0; i < kNodes; ++i) {

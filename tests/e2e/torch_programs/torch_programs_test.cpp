@@ -263,7 +263,7 @@ TEST_F(TorchPrograms, MasterAddrAndPortAsGivenFormTheGroup) {
   env["PATH"] = "/usr/bin:" + env["PATH"];
   const fs::path ours = dir("launch"), theirs = dir("torchrun_static");
   // A port free a moment ago (with the next one below 65535: a multi-node control store's).
-  const int port = ddl::testing::free_port_below(65000);
+  const int port = ddl::testing::free_port_block_above_ephemeral();
   const std::vector<std::string> flags = {"--nproc_per_node=2", "--master_addr=localhost",
                                           "--master_port=" + std::to_string(port)};
   std::vector<std::string> argv = {kLaunch, "--nproc-per-node=2", "--master-addr=localhost",
@@ -297,7 +297,7 @@ TEST_F(TorchPrograms, MasterAddrAndPortAsGivenFormTheGroup) {
 TEST_F(TorchPrograms, TwoNodesFormTheGroupOnTheGivenMasterPort) {
   Env env = clean_environment({{"OMP_NUM_THREADS", "1"}, {"DDL_JOB_SECRET", "torch-two-nodes"}});
   const fs::path out = dir("out");
-  const int port = ddl::testing::free_port_below(65000);
+  const int port = ddl::testing::free_port_block_above_ephemeral();
   auto node = [&](int rank) {
     SpawnOptions o;
     o.argv = {kLaunch, "--nnodes=2", "--node-rank=" + std::to_string(rank),
