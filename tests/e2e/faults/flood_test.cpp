@@ -146,10 +146,10 @@ TEST(Flood, IdleAndGarbageConnectionsDoNotChangeTheJobsResult) {
   ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &limit), 0) << "raising this test's open-file limit";
 
   TempDir dir;
-  const JobRun quiet = train(dir, "quiet", ddl::testing::free_port());
+  const JobRun quiet = train(dir, "quiet", ddl::testing::free_port_block_above_ephemeral());
   ASSERT_EQ(quiet.code, 0) << worker_log(quiet.logs, 0);
 
-  const int port = ddl::testing::free_port();
+  const int port = ddl::testing::free_port_block_above_ephemeral();
   JobRun flooded;
   std::size_t opened = 0;
   {

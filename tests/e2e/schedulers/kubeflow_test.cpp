@@ -111,7 +111,7 @@ struct Pod {
 // Starts both pods with `flags` before WORKER, waits for both, returns their output.
 std::vector<std::string> run_pods(const TempDir& dir, const std::vector<std::string>& flags,
                                   int nproc, std::vector<std::optional<int>>& codes) {
-  const int port = ddl::testing::free_port();
+  const int port = ddl::testing::free_port_block_above_ephemeral();
   std::vector<std::unique_ptr<ddl::testing::ChildProcess>> pods;
   for (int node = 0; node < 2; ++node) {
     ddl::testing::SpawnOptions o;
@@ -178,7 +178,7 @@ TEST(KubeflowPyTorchJob, CommandLineFlagWinsOverItsVariable) {
 // launcher at the master's address and hands the other node ranks out.
 TEST(KubeflowPaddleJob, PodsWithoutNodeRanksFormOneJob) {
   TempDir dir("ddl_paddlejob");
-  const std::string master = "127.0.0.1:" + std::to_string(ddl::testing::free_port());
+  const std::string master = "127.0.0.1:" + std::to_string(ddl::testing::free_port_block_above_ephemeral());
   std::vector<std::map<std::string, std::string>> envs;
   for (int pod = 0; pod < 2; ++pod) {
     envs.push_back(plain_env({{"PADDLE_MASTER", master},
@@ -218,7 +218,7 @@ TEST(KubeflowPaddleJob, PodsWithoutNodeRanksFormOneJob) {
 // no node rank (torchrun's c10d rendezvous hands them out; so does node 0 here).
 TEST(KubeflowPyTorchJob, ElasticPodsWithoutNodeRanksFormOneJob) {
   TempDir dir("ddl_kubeflow_elastic");
-  const std::string endpoint = "127.0.0.1:" + std::to_string(ddl::testing::free_port());
+  const std::string endpoint = "127.0.0.1:" + std::to_string(ddl::testing::free_port_block_above_ephemeral());
   std::vector<std::map<std::string, std::string>> envs;
   for (int pod = 0; pod < 2; ++pod) {
     envs.push_back(plain_env({{"PET_RDZV_BACKEND", "c10d"},

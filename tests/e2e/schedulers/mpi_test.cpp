@@ -125,7 +125,7 @@ class Mpirun : public ::testing::Test {
 
 TEST_F(Mpirun, TrainsTheSameJobAsLaunch) {
   SKIP_WITHOUT_DATA();
-  const int port = ddl::testing::free_port();
+  const int port = ddl::testing::free_port_block_above_ephemeral();
   const Result m = run(mpirun(2, train_args(20)), milliseconds(180'000),
                        {{"MASTER_PORT", std::to_string(port)}});
   ASSERT_EQ(m.code, 0) << describe(m);
@@ -156,7 +156,7 @@ TEST_F(Mpirun, TrainsTheSameJobAsLaunch) {
 
 TEST_F(Mpirun, OneLauncherPerProcessFormsOneJob) {
   TempDir dir("ddl_mpi");
-  const int port = ddl::testing::free_port();
+  const int port = ddl::testing::free_port_block_above_ephemeral();
   const Result m = run(mpirun(2, {kBin + "/launch", "--nproc_per_node=2", "--print_config=false",
                                   "--log_dir", dir.str(), "--rendezvous_timeout=60",
                                   kBin + "/hello_worker"}),
@@ -175,7 +175,7 @@ TEST_F(Mpirun, OneLauncherPerProcessFormsOneJob) {
 TEST_F(Mpirun, FailingRankEndsTheJobWithItsCode) {
   SKIP_WITHOUT_DATA();
   const Result m = run(mpirun(2, train_args(1000)), milliseconds(120'000),
-                       {{"MASTER_PORT", std::to_string(ddl::testing::free_port())},
+                       {{"MASTER_PORT", std::to_string(ddl::testing::free_port_block_above_ephemeral())},
                         {"DDL_FAULT", "rank=1,step=5,exit=3"}});
   ASSERT_TRUE(m.code.has_value()) << describe(m);
   EXPECT_EQ(*m.code, 3) << "mpirun exits with the first failed process's code\n" << describe(m);

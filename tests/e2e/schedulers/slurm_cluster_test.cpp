@@ -12,8 +12,6 @@
 // skipped when the MNIST data is missing. A cluster that was already running before the suite
 // is left running; one the suite started is stopped at its end.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -30,6 +28,7 @@
 #include <vector>
 
 #include "tests/support/poll.h"
+#include "tests/support/ports.h"
 #include "tests/support/process.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/text.h"
@@ -122,22 +121,8 @@ std::string describe(const Result& r) {
          "\n--- stdout:\n" + r.out + "\n--- stderr:\n" + r.err;
 }
 
-// A port that was free on 127.0.0.1 (n1) a moment ago: the control store's.
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof a;
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
+// A port for the control store (on 127.0.0.1, n1), above the ephemeral range.
+int free_port() { return ddl::testing::free_port_block_above_ephemeral(); }
 
 // `scontrol show job -o ID` as KEY -> value (empty when Slurm does not know the job).
 std::map<std::string, std::string> job_info(const std::string& id) {

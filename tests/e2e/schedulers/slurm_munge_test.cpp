@@ -158,7 +158,7 @@ std::string refusal_of(int port, std::function<std::string()> credential) {
 TEST_F(SlurmMunge, SrunTwoNodesWithoutSecretAuthenticatedByMunge) {
   TempDir dir("ddl_slurm_munge");
   const fs::path logs = dir.path() / "logs";
-  const int port = ddl::testing::free_port();
+  const int port = ddl::testing::free_port_block_above_ephemeral();
   // The workers stay up a few seconds: long enough for the intruders below.
   ddl::testing::ChildProcess srun(spawn(
       {"srun", "-N2", "--ntasks-per-node=1", "--label", kLaunch, "--nproc_per_node=2",
