@@ -185,10 +185,12 @@ TEST(PsLaunch, ARestartStartsServersAndTrainersTogether) {
   const fs::path logs = tmp.path() / "logs";
   // Trainer 1 fails at step 1 of the first start only; the second start runs clean. Nobody
   // steps before the go file exists, and it is made once both servers of the first start have
-  // written their environment (they print READY after it), so they are not stopped before.
+  // written their environment (they print READY after it), so they are not stopped before. In
+  // the second start the trainers may end before the servers' last step: --server_grace lets the
+  // servers finish it.
   const fs::path go = tmp.path() / "go";
   LaunchRun run(tmp,
-                ps_args(logs, {"--max_restarts=1"},
+                ps_args(logs, {"--max_restarts=1", "--server_grace=20"},
                         {"--steps", "3", "--step_ms", "100", "--start_file", go.string()}),
                 {{ddl::env::kFault, "rank=1,step=1,exit=3,restart=0"}});
   const bool servers_ready = wait_until(
