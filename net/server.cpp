@@ -506,8 +506,8 @@ void FramedServer::Impl::on_accepted(tcp::socket socket) {
   pending_.add(address);
   pending_count_.store(pending_.total());
   const PendingList::iterator pos = pending_order_.insert(pending_order_.end(), nullptr);
-  auto session = std::make_shared<Session>(*this, std::move(socket), std::move(peer),
-                                           std::move(address), pos);
+  auto session =
+      std::make_shared<Session>(*this, std::move(socket), std::move(peer), std::move(address), pos);
   *pos = session.get();
   sessions_.emplace(session.get(), session);
   session->start();

@@ -38,9 +38,8 @@ std::optional<std::vector<int>> ready_members(
     }
     if (!gone.empty()) {
       throw ControlError("node(s) " + node_list(gone) + " of " + std::to_string(options.nnodes) +
-                         " were lost" + lost_how +
-                         "; a job with a fixed --nnodes cannot start " + what +
-                         " without them (--nnodes=MIN:MAX lets it go on with fewer)");
+                         " were lost" + lost_how + "; a job with a fixed --nnodes cannot start " +
+                         what + " without them (--nnodes=MIN:MAX lets it go on with fewer)");
     }
   } else {
     for (int n : c.lost) missing.erase(n);

@@ -403,8 +403,8 @@ Control::Agreement EtcdControl::rendezvous(const JobDescription& mine,
       const auto now = Clock::now();
       if (now >= deadline) {
         throw ControlError("node(s) " + node_list(missing) + " of " +
-                           std::to_string(options_.nnodes) + " did not join the job in " +
-                           where() + " within the rendezvous deadline (" +
+                           std::to_string(options_.nnodes) + " did not join the job in " + where() +
+                           " within the rendezvous deadline (" +
                            seconds_text(options_.rendezvous_timeout) +
                            " s, --rendezvous_timeout); is launch running there with the same "
                            "--rdzv_endpoint, --rdzv_id and DDL_JOB_SECRET?");

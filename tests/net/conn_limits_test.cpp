@@ -18,12 +18,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <iostream>
-#include <optional>
-#include <atomic>
 #include <memory>
+#include <optional>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -281,8 +281,8 @@ TEST(ConnLimits, AFloodRefillingTheCapCannotKeepARankOut) {
       std::this_thread::sleep_for(milliseconds(5));
     }
   });
-  ASSERT_TRUE(wait_until([&] { return server.turned_away_connections() > 50; },
-                         milliseconds(5'000)));
+  ASSERT_TRUE(
+      wait_until([&] { return server.turned_away_connections() > 50; }, milliseconds(5'000)));
   EXPECT_EQ(server.pending_connections(), 8u) << "the flood holds every pending place";
   const auto start = std::chrono::steady_clock::now();
   std::optional<FramedClient> rank;

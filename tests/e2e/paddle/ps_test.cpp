@@ -244,7 +244,8 @@ TEST(PaddlePs, LaunchPsWithoutFlagsIsPaddle18sDefaultJob) {
 }
 
 TEST(PaddlePs, LaunchPsEndpointsAreTheServerList) {
-  const int a = ddl::testing::free_port_block_above_ephemeral(), b = ddl::testing::free_port_block_above_ephemeral();
+  const int a = ddl::testing::free_port_block_above_ephemeral(),
+            b = ddl::testing::free_port_block_above_ephemeral();
   const std::string list = "127.0.0.1:" + std::to_string(a) + ",127.0.0.1:" + std::to_string(b);
   LaunchPsJob job("--endpoints=" + list + " --worker_num=1");
   ASSERT_EQ(job.code, 0) << job.err();

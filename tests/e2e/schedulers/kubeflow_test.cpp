@@ -178,7 +178,8 @@ TEST(KubeflowPyTorchJob, CommandLineFlagWinsOverItsVariable) {
 // launcher at the master's address and hands the other node ranks out.
 TEST(KubeflowPaddleJob, PodsWithoutNodeRanksFormOneJob) {
   TempDir dir("ddl_paddlejob");
-  const std::string master = "127.0.0.1:" + std::to_string(ddl::testing::free_port_block_above_ephemeral());
+  const std::string master =
+      "127.0.0.1:" + std::to_string(ddl::testing::free_port_block_above_ephemeral());
   std::vector<std::map<std::string, std::string>> envs;
   for (int pod = 0; pod < 2; ++pod) {
     envs.push_back(plain_env({{"PADDLE_MASTER", master},
@@ -218,7 +219,8 @@ TEST(KubeflowPaddleJob, PodsWithoutNodeRanksFormOneJob) {
 // no node rank (torchrun's c10d rendezvous hands them out; so does node 0 here).
 TEST(KubeflowPyTorchJob, ElasticPodsWithoutNodeRanksFormOneJob) {
   TempDir dir("ddl_kubeflow_elastic");
-  const std::string endpoint = "127.0.0.1:" + std::to_string(ddl::testing::free_port_block_above_ephemeral());
+  const std::string endpoint =
+      "127.0.0.1:" + std::to_string(ddl::testing::free_port_block_above_ephemeral());
   std::vector<std::map<std::string, std::string>> envs;
   for (int pod = 0; pod < 2; ++pod) {
     envs.push_back(plain_env({{"PET_RDZV_BACKEND", "c10d"},

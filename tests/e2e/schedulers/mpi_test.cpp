@@ -174,9 +174,10 @@ TEST_F(Mpirun, OneLauncherPerProcessFormsOneJob) {
 
 TEST_F(Mpirun, FailingRankEndsTheJobWithItsCode) {
   SKIP_WITHOUT_DATA();
-  const Result m = run(mpirun(2, train_args(1000)), milliseconds(120'000),
-                       {{"MASTER_PORT", std::to_string(ddl::testing::free_port_block_above_ephemeral())},
-                        {"DDL_FAULT", "rank=1,step=5,exit=3"}});
+  const Result m =
+      run(mpirun(2, train_args(1000)), milliseconds(120'000),
+          {{"MASTER_PORT", std::to_string(ddl::testing::free_port_block_above_ephemeral())},
+           {"DDL_FAULT", "rank=1,step=5,exit=3"}});
   ASSERT_TRUE(m.code.has_value()) << describe(m);
   EXPECT_EQ(*m.code, 3) << "mpirun exits with the first failed process's code\n" << describe(m);
   EXPECT_LT(m.seconds, 60) << "the surviving rank must not wait out its collective timeout";

@@ -36,11 +36,12 @@
 namespace {
 
 namespace fs = std::filesystem;
-using std::chrono::milliseconds;
 using ddl::testing::contains;
+using ddl::testing::free_port_block_above_ephemeral;
 using ddl::testing::read_file;
 using ddl::testing::TempDir;
 using ddl::testing::wait_until;
+using std::chrono::milliseconds;
 
 const std::string kBin = DDL_BIN_DIR;
 const std::string kSource = DDL_SOURCE_DIR;
@@ -120,9 +121,6 @@ std::string describe(const Result& r) {
   return "exit " + (r.code ? std::to_string(*r.code) : std::string("none (timed out)")) +
          "\n--- stdout:\n" + r.out + "\n--- stderr:\n" + r.err;
 }
-
-// A port for the control store (on 127.0.0.1, n1), above the ephemeral range.
-int free_port() { return ddl::testing::free_port_block_above_ephemeral(); }
 
 // `scontrol show job -o ID` as KEY -> value (empty when Slurm does not know the job).
 std::map<std::string, std::string> job_info(const std::string& id) {
@@ -355,11 +353,12 @@ TEST_F(SlurmCluster, SrunSeesTwoNodes) {
 TEST_F(SlurmCluster, SrunLaunchGivesEveryRankTheNodeNames) {
   TempDir dir("ddl_slurm");
   const fs::path logs = dir.path() / "logs";
-  const Result r = run({"srun", "-N2", "--ntasks-per-node=1", "--label", kLaunch,
-                        "--nproc_per_node=2", "--master_port=" + std::to_string(free_port()),
-                        "--log_dir", logs.string(), "--print_config=false",
-                        "--rendezvous_timeout=30", kHello, "--show_env", "SLURMD_NODENAME"},
-                       milliseconds(60'000));
+  const Result r =
+      run({"srun", "-N2", "--ntasks-per-node=1", "--label", kLaunch, "--nproc_per_node=2",
+           "--master_port=" + std::to_string(free_port_block_above_ephemeral()), "--log_dir",
+           logs.string(), "--print_config=false", "--rendezvous_timeout=30", kHello, "--show_env",
+           "SLURMD_NODENAME"},
+          milliseconds(60'000));
   if (const auto id = job_id_in(r.err); !id.empty()) jobs_.push_back(id);
   ASSERT_EQ(r.code, 0) << describe(r);
   EXPECT_TRUE(contains(task_lines(r.err, 1), "starting 2 worker(s) (ranks 2..3)")) << r.err;
@@ -387,7 +386,7 @@ TEST_F(SlurmCluster, SrunTrainsOneFourRankJob) {
   TempDir dir("ddl_slurm");
   const fs::path logs = dir.path() / "logs";
   std::vector<std::string> argv{"srun", "-N2", "--ntasks-per-node=1", "--label"};
-  for (const auto& a : launch_train(logs, free_port(), 50)) argv.push_back(a);
+  for (const auto& a : launch_train(logs, free_port_block_above_ephemeral(), 50)) argv.push_back(a);
   const Result r = run(argv, milliseconds(120'000));
   const std::string id = job_id_in(r.err);
   if (!id.empty()) jobs_.push_back(id);
@@ -452,7 +451,8 @@ TEST_F(SlurmCluster, SbatchScriptCompletes) {
   SKIP_WITHOUT_DATA();
   TempDir dir("ddl_slurm");
   const fs::path logs = dir.path() / "logs";
-  const fs::path script = write_batch_script(dir, launch_train(logs, free_port(), 50));
+  const fs::path script =
+      write_batch_script(dir, launch_train(logs, free_port_block_above_ephemeral(), 50));
   const Result sub = run({"sbatch", "--parsable", "--chdir=" + dir.str(), script.string()},
                          milliseconds(30'000));
   ASSERT_EQ(sub.code, 0) << describe(sub);
@@ -482,7 +482,8 @@ TEST_F(SlurmCluster, SbatchFailingJobCarriesTheWorkersExitCode) {
   SKIP_WITHOUT_DATA();
   TempDir dir("ddl_slurm");
   const fs::path logs = dir.path() / "logs";
-  const fs::path script = write_batch_script(dir, launch_train(logs, free_port(), 50));
+  const fs::path script =
+      write_batch_script(dir, launch_train(logs, free_port_block_above_ephemeral(), 50));
   const Result sub = run({"sbatch", "--wait", "--parsable", "--chdir=" + dir.str(),
                           script.string()},
                          milliseconds(120'000), {{"DDL_FAULT", "rank=1,step=5,exit=3"}});
@@ -506,7 +507,8 @@ TEST_F(SlurmCluster, ScancelLeavesNoProcessOfTheJob) {
   SKIP_WITHOUT_DATA();
   TempDir dir("ddl_slurm");
   const fs::path logs = dir.path() / "logs";
-  const fs::path script = write_batch_script(dir, launch_train(logs, free_port(), 100'000));
+  const fs::path script =
+      write_batch_script(dir, launch_train(logs, free_port_block_above_ephemeral(), 100'000));
   const Result sub = run({"sbatch", "--parsable", "--chdir=" + dir.str(), script.string()},
                          milliseconds(30'000));
   ASSERT_EQ(sub.code, 0) << describe(sub);
@@ -559,7 +561,7 @@ TEST_F(SlurmCluster, WorkerFailingOnSecondNodeFailsTheJob) {
   TempDir dir("ddl_slurm");
   const fs::path logs = dir.path() / "logs";
   std::vector<std::string> argv{"srun", "-N2", "--ntasks-per-node=1", "--label"};
-  for (const auto& a : launch_train(logs, free_port(), 50)) argv.push_back(a);
+  for (const auto& a : launch_train(logs, free_port_block_above_ephemeral(), 50)) argv.push_back(a);
   const Result r = run(argv, milliseconds(120'000), {{"DDL_FAULT", "rank=3,step=5,exit=7"}});
   const std::string id = job_id_in(r.err);
   if (!id.empty()) jobs_.push_back(id);

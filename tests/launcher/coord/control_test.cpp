@@ -492,8 +492,8 @@ TEST(ReadyMembers, AFixedJobWaitsForEveryNodeThenStarts) {
   std::optional<Clock::time_point> last_call;
   EXPECT_FALSE(ready_members(o, candidates(0, {0, 2}, {0, 1, 2}), t0, deadline, last_call, "", ""));
   EXPECT_FALSE(last_call) << "no last call below the minimum (all 3 with a fixed count)";
-  EXPECT_FALSE(ready_members(o, candidates(0, {0, 2}, {0, 1, 2}), t0 + milliseconds(9000),
-                             deadline, last_call, "", ""));
+  EXPECT_FALSE(ready_members(o, candidates(0, {0, 2}, {0, 1, 2}), t0 + milliseconds(9000), deadline,
+                             last_call, "", ""));
   EXPECT_EQ(ready_members(o, candidates(0, {0, 1, 2}, {0, 1, 2}), t0, deadline, last_call, "", ""),
             (std::vector<int>{0, 1, 2}));
 }
@@ -524,8 +524,8 @@ TEST(ReadyMembers, AnElasticJobStartsWithTheMinimumAfterTheLastCall) {
                              last_call, "", ""));
   ASSERT_TRUE(last_call) << "the minimum is there: the last call begins";
   EXPECT_EQ(*last_call, t0 + milliseconds(2500));
-  EXPECT_FALSE(ready_members(o, candidates(0, {0, 1}, {0, 1, 2}), t0 + milliseconds(2400),
-                             deadline, last_call, "", ""));
+  EXPECT_FALSE(ready_members(o, candidates(0, {0, 1}, {0, 1, 2}), t0 + milliseconds(2400), deadline,
+                             last_call, "", ""));
   EXPECT_EQ(ready_members(o, candidates(0, {0, 1}, {0, 1, 2}), t0 + milliseconds(2500), deadline,
                           last_call, "", ""),
             (std::vector<int>{0, 1}));

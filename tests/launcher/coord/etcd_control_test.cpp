@@ -152,8 +152,9 @@ TEST_F(EtcdControlTest, TwoNodesAgreeOnEndpointsAndTheFirstJobIdAndLeaveNoKeys) 
   c1->watch(stop1);
   c0.report_generation_success(Generation(0));
   c1->report_generation_success(Generation(0));
-  ASSERT_TRUE(ddl::testing::wait_until([&] { return stop0->succeeded(Generation(0)) && stop1->succeeded(Generation(0)); },
-                       milliseconds(3000)));
+  ASSERT_TRUE(ddl::testing::wait_until(
+      [&] { return stop0->succeeded(Generation(0)) && stop1->succeeded(Generation(0)); },
+      milliseconds(3000)));
   EXPECT_FALSE(c0.finish());
   EXPECT_FALSE(c1->finish());
   EXPECT_EQ(keys_under(cluster_->endpoints(), "/ddl/" + job_ + "/"), 0u)
@@ -257,8 +258,8 @@ TEST_F(EtcdControlTest, TheJobSurvivesNodeZerosLauncherBeingKilled) {
 
   const auto killed = Clock::now();
   node0.kill();
-  ASSERT_TRUE(ddl::testing::wait_until([&] { return stop1->generation_failure(Generation(0)).has_value(); },
-                       milliseconds(8000)));
+  ASSERT_TRUE(ddl::testing::wait_until(
+      [&] { return stop1->generation_failure(Generation(0)).has_value(); }, milliseconds(8000)));
   EXPECT_LT(Clock::now() - killed, milliseconds(6000)) << "about the lease's TTL (2 s)";
   EXPECT_NE(stop1->generation_failure(Generation(0))->second.find("node 0's launcher stopped"),
             std::string::npos)
@@ -287,7 +288,8 @@ TEST_F(EtcdControlTest, AFixedJobStopsNamingTheLostNode) {
   c0->watch(stop0);
   ASSERT_TRUE(node1.joined());
   node1.kill();
-  ASSERT_TRUE(ddl::testing::wait_until([&] { return stop0->requested().has_value(); }, milliseconds(8000)));
+  ASSERT_TRUE(
+      ddl::testing::wait_until([&] { return stop0->requested().has_value(); }, milliseconds(8000)));
   EXPECT_NE(stop0->requested()->second.find("node 1's launcher stopped answering"),
             std::string::npos)
       << stop0->requested()->second;
