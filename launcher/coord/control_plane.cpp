@@ -4,8 +4,9 @@
 
 #include <sstream>
 
-#include "launcher/coord/control.h"
-#include "launcher/coord/etcd_control.h"
+#include "launcher/coord/engine.h"
+#include "launcher/coord/etcd_control_store.h"
+#include "launcher/coord/tcp_control_store.h"
 
 namespace ddl::launcher {
 
@@ -83,10 +84,14 @@ Membership membership_of(const Members& members, int me, bool equal_node_sizes) 
 }
 
 std::unique_ptr<Control> make_control(const ControlOptions& options) {
-  if (options.etcd()) {
-    return std::make_unique<EtcdControl>(options);
+  ControlOptions o = options;
+  std::unique_ptr<ControlStore> store;
+  if (o.etcd()) {
+    store = std::make_unique<EtcdControlStore>(o);
+  } else {
+    store = std::make_unique<TcpControlStore>(o);  // may make this launcher node 0
   }
-  return std::make_unique<ControlChannel>(options);
+  return std::make_unique<ControlEngine>(o, std::move(store));
 }
 
 }  // namespace ddl::launcher

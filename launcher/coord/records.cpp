@@ -20,6 +20,7 @@ constexpr const char* kJobSecretKind = "job secret";
 constexpr const char* kFailureKind = "failure";
 constexpr const char* kMembersKind = "members";
 constexpr const char* kSuccessKind = "generation succeeded";
+constexpr const char* kPresentationKind = "node";
 
 // Reads one record of kind `kind`; every problem becomes a RecordError with the context.
 class Reader {
@@ -260,6 +261,24 @@ Members decode_members(const std::string& text, std::string_view source) {
     m.endpoints.push_back(std::move(node));
   }
   return m;
+}
+
+std::string encode_presentation(const Presentation& p) {
+  return to_text(json{{"record", kPresentationKind},
+                      {"description", encode_description(p.description)},
+                      {"endpoints", encode_endpoints(p.endpoints)},
+                      {"job_id", p.job_id},
+                      {"job_secret", p.job_secret}});
+}
+
+Presentation decode_presentation(const std::string& text, std::string_view source) {
+  const Reader r(text, kPresentationKind, source);
+  Presentation p;
+  p.description = decode_description(r.string("description"), source);
+  p.endpoints = decode_endpoints(r.string("endpoints"), source);
+  p.job_id = r.string("job_id");
+  p.job_secret = r.string("job_secret");
+  return p;
 }
 
 }  // namespace ddl::launcher

@@ -101,4 +101,17 @@ struct Members {
 std::string encode_members(const Members& members);
 Members decode_members(const std::string& text, std::string_view source);
 
+// What one node brings to the job when it joins: its description, its workers' endpoints and its
+// proposals of a job id and (when not empty) of the workers' secret; node 0's proposals hold.
+//   {"record":"node","description":{...},"endpoints":{...},"job_id":"...","job_secret":"..."}
+struct Presentation {
+  JobDescription description;
+  std::vector<env::Endpoint> endpoints;  // not empty
+  std::string job_id;                    // node 0's is not empty
+  std::string job_secret;                // may be empty
+};
+
+std::string encode_presentation(const Presentation& p);
+Presentation decode_presentation(const std::string& text, std::string_view source);
+
 }  // namespace ddl::launcher

@@ -5,7 +5,8 @@ namespace ddl::launcher {
 void ExternalStop::request(int exit_code, const std::string& reason) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (request_) return;
-  request_.emplace(exit_code, reason);
+  // A job stopped from outside never ends as a success (exit code 0 would report one).
+  request_.emplace(exit_code == 0 ? 1 : exit_code, reason);
   if (wake_) wake_();
 }
 

@@ -40,6 +40,7 @@ struct FailureNotice {
 // News about a generation other than the current one is ignored.
 class ExternalStop {
  public:
+  // Stops the job with `exit_code` (0 counts as 1: a job stopped from outside did not succeed).
   void request(int exit_code, const std::string& reason);
   std::optional<std::pair<int, std::string>> requested() const;
 

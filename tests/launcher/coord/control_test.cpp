@@ -1,17 +1,13 @@
-// The control connection of a multi-node job, with every "node" a ControlChannel in this process
-// (threads), on 127.0.0.1 and a free port.
-#include "launcher/coord/control.h"
-
+// The control plane's records (launcher/coord/records.h) and the rule that decides a generation's
+// members (ready_members, control_plane.h). The engine itself: engine_test.cpp.
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <future>
 #include <optional>
 #include <set>
-#include <thread>
 
+#include "launcher/coord/control_plane.h"
 #include "tests/launcher/coord/control_fixtures.h"
-#include "tests/support/ports.h"
 
 namespace ddl::launcher {
 namespace {
@@ -19,33 +15,8 @@ namespace {
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
-ControlOptions options_for(std::uint16_t port, int node, int nnodes) {
-  ControlOptions o;
-  o.endpoint = env::Endpoint{"127.0.0.1", port};
-  o.job_id = "ddl-control";
-  o.secret = "s3cret";
-  o.node_rank = node;
-  o.nnodes = nnodes;
-  o.rendezvous_timeout = milliseconds(5000);
-  o.heartbeat_interval = milliseconds(100);
-  o.heartbeat_timeout = milliseconds(1000);
-  o.linger_timeout = milliseconds(2000);
-  return o;
-}
-
 using control_fixtures::description;
 using control_fixtures::endpoints;
-
-bool wait_for(const std::function<bool()>& done, milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
-  while (!done()) {
-    if (Clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(milliseconds(10));
-  }
-  return true;
-}
-
-using ddl::testing::free_port;
 
 TEST(ControlRecords, FailureRecordRoundTrips) {
   const FailureRecord r{1, 3, 137, "rank 3 was killed by SIGKILL (exit code 137)"};
@@ -150,206 +121,6 @@ TEST(ControlRecords, MismatchNamesTheFieldAndBothValues) {
   EXPECT_EQ(decode_description(encode_description(description(5)), "test"), description(5));
 }
 
-TEST(ControlChannel, TwoNodesAgreeOnEndpointsAndJobId) {
-  const std::uint16_t port = free_port();
-  auto node1 = std::async(std::launch::async, [port] {
-    ControlChannel c(options_for(port, 1, 2));
-    auto agreement = c.rendezvous(description(2), endpoints("127.0.0.2", 7000, 2), "ignored");
-    auto membership = c.join_generation(Generation());
-    EXPECT_FALSE(c.finish());
-    return std::make_pair(agreement, membership);
-  });
-  ControlChannel c0(options_for(port, 0, 2));
-  const auto a0 = c0.rendezvous(description(2), endpoints("127.0.0.1", 9000, 2), "job-of-node-0");
-  const Membership m0 = c0.join_generation(Generation());
-  const auto [a1, m1] = node1.get();
-  EXPECT_FALSE(c0.finish());
-  EXPECT_EQ(env::join_endpoints(m0.endpoints),
-            "127.0.0.1:9000,127.0.0.1:9001,127.0.0.2:7000,127.0.0.2:7001");
-  EXPECT_EQ(m0.endpoints, m1.endpoints);
-  EXPECT_EQ(m0.nodes, (std::vector<int>{0, 1}));
-  EXPECT_EQ(m0.position, 0);
-  EXPECT_EQ(m1.position, 1);
-  EXPECT_EQ(a0.job_id, "job-of-node-0");
-  EXPECT_EQ(a1.job_id, "job-of-node-0");
-}
-
-TEST(ControlChannel, AutoNodeRanksGoToTheHostFirstAndAreNeverHandedOutTwice) {
-  const std::uint16_t port = free_port();
-  ControlChannel first(options_for(port, kAutoNodeRank, 2));
-  EXPECT_EQ(first.node_rank(), 0) << "the first launcher at the address hosts the store";
-  ControlChannel second(options_for(port, kAutoNodeRank, 2));
-  EXPECT_EQ(second.node_rank(), 1);
-  try {
-    ControlChannel surplus(options_for(port, kAutoNodeRank, 2));
-    FAIL() << "a third launcher of a 2-node job got node rank " << surplus.node_rank();
-  } catch (const ControlError& e) {
-    EXPECT_NE(std::string(e.what()).find("more launchers than --nnodes=2 joined"),
-              std::string::npos)
-        << e.what();
-  }
-}
-
-TEST(ControlChannel, MismatchFailsOnBothSides) {
-  const std::uint16_t port = free_port();
-  auto node1 = std::async(std::launch::async, [port]() -> std::string {
-    ControlChannel c(options_for(port, 1, 2));
-    try {
-      c.rendezvous(description(3), endpoints("127.0.0.2", 7000, 3), "");
-    } catch (const ControlError& e) {
-      c.abandon();
-      return e.what();
-    }
-    return "no error";
-  });
-  ControlChannel c0(options_for(port, 0, 2));
-  const auto started = Clock::now();
-  std::string error0 = "no error";
-  try {
-    c0.rendezvous(description(2), endpoints("127.0.0.1", 9000, 2), "j");
-  } catch (const ControlError& e) {
-    error0 = e.what();
-    c0.abandon();
-  }
-  const std::string error1 = node1.get();
-  EXPECT_LT(Clock::now() - started, milliseconds(4000)) << "well before the deadline";
-  EXPECT_NE(error0.find("nproc_per_node is '2' on node 0 (this node) but '3' on node 1"),
-            std::string::npos)
-      << error0;
-  EXPECT_NE(error1.find("nproc_per_node is '3' on node 1 (this node) but '2' on node 0"),
-            std::string::npos)
-      << error1;
-}
-
-TEST(ControlChannel, MissingNodeIsNamedAtTheDeadline) {
-  auto options = options_for(free_port(), 0, 3);
-  options.rendezvous_timeout = milliseconds(500);
-  ControlChannel c0(options);
-  const auto started = Clock::now();
-  try {
-    c0.rendezvous(description(2), endpoints("127.0.0.1", 9000, 2), "j");
-    ADD_FAILURE() << "no error";
-  } catch (const ControlError& e) {
-    EXPECT_NE(std::string(e.what()).find("node(s) 1, 2 of 3 did not join"), std::string::npos)
-        << e.what();
-  }
-  EXPECT_GE(Clock::now() - started, milliseconds(500));
-  EXPECT_LT(Clock::now() - started, milliseconds(3000));
-}
-
-// Node 1 arrives after node 0 gave up at its rendezvous deadline: it is told that no control
-// store answers at node 0's address, naming the endpoint and the deadline and what that means,
-// with the last attempt's own error (not "name resolution timed out").
-TEST(ControlChannel, ALateNodeIsToldTheRendezvousDeadlinePassed) {
-  const std::uint16_t port = free_port();
-  auto options0 = options_for(port, 0, 2);
-  options0.rendezvous_timeout = milliseconds(300);
-  {
-    ControlChannel c0(options0);
-    EXPECT_THROW(c0.rendezvous(description(2), endpoints("127.0.0.1", 9000, 2), "j"), ControlError);
-  }
-  auto options1 = options_for(port, 1, 2);
-  options1.rendezvous_timeout = milliseconds(400);
-  const auto started = Clock::now();
-  try {
-    ControlChannel c1(options1);
-    ADD_FAILURE() << "node 1 joined a job that is gone";
-  } catch (const ControlError& e) {
-    const std::string msg = e.what();
-    EXPECT_EQ(msg.rfind("node 1: cannot join the job: no control store answered at 127.0.0.1:" +
-                            std::to_string(port) +
-                            " (node 0's launcher) within the rendezvous deadline (0.4 s, "
-                            "--rendezvous_timeout)",
-                        0),
-              0u)
-        << msg;
-    EXPECT_NE(msg.find("the job already started or ended"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("Connection refused"), std::string::npos) << msg;
-    EXPECT_EQ(msg.find("timed out"), std::string::npos) << msg;
-  }
-  EXPECT_GE(Clock::now() - started, milliseconds(400));
-  EXPECT_LT(Clock::now() - started, milliseconds(3000));
-}
-
-TEST(ControlChannel, AFailureReachesTheOtherNodeAndNamesItself) {
-  const std::uint16_t port = free_port();
-  ControlChannel c0(options_for(port, 0, 2));
-  auto c1_future = std::async(std::launch::async, [port] {
-    auto c = std::make_unique<ControlChannel>(options_for(port, 1, 2));
-    c->rendezvous(description(2), endpoints("127.0.0.2", 7000, 2), "");
-    return c;
-  });
-  c0.rendezvous(description(2), endpoints("127.0.0.1", 9000, 2), "j");
-  auto c1 = c1_future.get();
-  auto stop0 = std::make_shared<ExternalStop>();
-  auto stop1 = std::make_shared<ExternalStop>();
-  c0.watch(stop0);
-  c1->watch(stop1);
-
-  c1->report_failure(FailureNotice{3, 137, "rank 3 was killed by SIGKILL (exit code 137)"});
-  c0.report_failure(FailureNotice{0, 143, "a later failure does not replace the first"});
-  ASSERT_TRUE(wait_for([&] { return stop0->requested().has_value(); }, milliseconds(2000)));
-  EXPECT_EQ(stop0->requested()->first, 137);
-  EXPECT_NE(stop0->requested()->second.find("node 1 failed first (node 1 rank 3 exit 137"),
-            std::string::npos)
-      << stop0->requested()->second;
-  EXPECT_FALSE(stop1->requested()) << "a node is not told about its own failure";
-
-  auto f1 = std::async(std::launch::async, [&] { return c1->finish(); });
-  const auto f0 = c0.finish();
-  const auto first1 = f1.get();
-  ASSERT_TRUE(f0);
-  ASSERT_TRUE(first1);
-  EXPECT_EQ(f0->str(), first1->str());
-  EXPECT_EQ(f0->node, 1);
-  EXPECT_EQ(f0->rank, 3);
-}
-
-TEST(ControlChannel, AVanishedNodeIsNoticedWithinTheHeartbeatTimeout) {
-  const std::uint16_t port = free_port();
-  ControlChannel c0(options_for(port, 0, 2));
-  auto c1_future = std::async(std::launch::async, [port] {
-    auto c = std::make_unique<ControlChannel>(options_for(port, 1, 2));
-    c->rendezvous(description(2), endpoints("127.0.0.2", 7000, 2), "");
-    return c;
-  });
-  c0.rendezvous(description(2), endpoints("127.0.0.1", 9000, 2), "j");
-  auto c1 = c1_future.get();
-  auto stop0 = std::make_shared<ExternalStop>();
-  c0.watch(stop0);
-  c1->watch(std::make_shared<ExternalStop>());
-  std::this_thread::sleep_for(milliseconds(300));  // a few heartbeats
-  const auto vanished = Clock::now();
-  c1.reset();  // no goodbye: like a launcher that was SIGKILLed
-  ASSERT_TRUE(wait_for([&] { return stop0->requested().has_value(); }, milliseconds(3000)));
-  EXPECT_LT(Clock::now() - vanished, milliseconds(2500));
-  EXPECT_NE(stop0->requested()->second.find("node 1's launcher stopped answering"),
-            std::string::npos)
-      << stop0->requested()->second;
-  const auto first = c0.finish();
-  ASSERT_TRUE(first);
-  EXPECT_EQ(first->node, 1);
-}
-
-TEST(ControlChannel, LosingNodeZeroStopsTheOthers) {
-  const std::uint16_t port = free_port();
-  auto c0 = std::make_unique<ControlChannel>(options_for(port, 0, 2));
-  auto c1_future = std::async(std::launch::async, [port] {
-    auto c = std::make_unique<ControlChannel>(options_for(port, 1, 2));
-    c->rendezvous(description(2), endpoints("127.0.0.2", 7000, 2), "");
-    return c;
-  });
-  c0->rendezvous(description(2), endpoints("127.0.0.1", 9000, 2), "j");
-  auto c1 = c1_future.get();
-  auto stop1 = std::make_shared<ExternalStop>();
-  c1->watch(stop1);
-  c0.reset();
-  ASSERT_TRUE(wait_for([&] { return stop1->requested().has_value(); }, milliseconds(3000)));
-  EXPECT_NE(stop1->requested()->second.find("lost the control connection"), std::string::npos)
-      << stop1->requested()->second;
-  EXPECT_EQ(stop1->requested()->first, 1);
-}
-
 }  // namespace
 }  // namespace ddl::launcher
 
@@ -378,93 +149,21 @@ TEST(ControlRecords, MembersRoundTripAndMalformedOnesAreRefused) {
   }
 }
 
-// Two nodes run generation 0 together: a failure on node 1 reaches node 0 as a generation
-// failure (restartable), both join generation 1, and when both report success every watcher
-// says so.
-TEST(ControlChannel, GenerationsFailAndSucceedForEveryNode) {
-  const std::uint16_t port = free_port();
-  ControlChannel c0(options_for(port, 0, 2));
-  auto c1_future = std::async(std::launch::async, [port] {
-    auto c = std::make_unique<ControlChannel>(options_for(port, 1, 2));
-    c->rendezvous(description(2), endpoints("127.0.0.2", 7000, 2), "");
-    c->join_generation(Generation());
-    return c;
-  });
-  c0.rendezvous(description(2), endpoints("127.0.0.1", 9000, 2), "j");
-  c0.join_generation(Generation());
-  auto c1 = c1_future.get();
-  auto stop0 = std::make_shared<ExternalStop>();
-  auto stop1 = std::make_shared<ExternalStop>();
-  c0.watch(stop0);
-  c1->watch(stop1);
-
-  c1->report_generation_failure(Generation(0), FailureNotice{3, 7, "rank 3 exited with code 7"});
-  ASSERT_TRUE(wait_for([&] { return stop0->generation_failure(Generation(0)).has_value(); },
-                       milliseconds(2000)));
-  EXPECT_EQ(stop0->generation_failure(Generation(0))->first, 7);
-  EXPECT_EQ(stop0->generation_failure(Generation(0))->second,
-            "generation 0 failed on node 1: rank 3 exited with code 7");
-  EXPECT_FALSE(stop0->requested()) << "a restartable failure does not end the job";
-  EXPECT_FALSE(stop1->generation_failure(Generation(0))) << "not told about its own failure";
-
-  auto m1 = std::async(std::launch::async, [&] { return c1->join_generation(Generation(1)); });
-  const Membership m0 = c0.join_generation(Generation(1));
-  EXPECT_EQ(m1.get().endpoints, m0.endpoints);
-  EXPECT_EQ(m0.generation, Generation(1));
-
-  c0.report_generation_success(Generation(1));
-  std::this_thread::sleep_for(milliseconds(300));
-  EXPECT_FALSE(stop0->succeeded(Generation(1))) << "one node of two is not the job";
-  c1->report_generation_success(Generation(1));
-  EXPECT_TRUE(wait_for([&] { return stop0->succeeded(Generation(1)); }, milliseconds(2000)));
-  EXPECT_TRUE(wait_for([&] { return stop1->succeeded(Generation(1)); }, milliseconds(2000)));
-  auto f1 = std::async(std::launch::async, [&] { return c1->finish(); });
-  EXPECT_FALSE(c0.finish());
-  EXPECT_FALSE(f1.get());
+TEST(ControlRecords, PresentationsRoundTripAndMalformedOnesAreRefused) {
+  const Presentation p{description(2), endpoints("127.0.0.1", 9000, 2), "job-1", ""};
+  const Presentation back = decode_presentation(encode_presentation(p), "test");
+  EXPECT_EQ(back.description, p.description);
+  EXPECT_EQ(back.endpoints, p.endpoints);
+  EXPECT_EQ(back.job_id, "job-1");
+  EXPECT_EQ(back.job_secret, "");
+  EXPECT_THROW(decode_presentation(R"({"record":"node","description":"x"})", "test"), RecordError);
+  EXPECT_THROW(decode_presentation(R"({"record":"node","description":"{}","endpoints":"[]",)"
+                                   R"("job_id":1,"job_secret":""})",
+                                   "test"),
+               RecordError);
 }
 
-// Elastic 1..3 nodes: node 0 starts generation 0 alone after the last call; a node that comes
-// later is admitted into generation 1 after node 0's watcher fails generation 0 for it.
-TEST(ControlChannel, ElasticJobStartsWithTheMinimumAndAdmitsALateNode) {
-  const std::uint16_t port = free_port();
-  auto elastic = [port](int node) {
-    ControlOptions o = options_for(port, node, 3);
-    o.min_nnodes = 1;
-    o.max_restarts = 1;
-    o.last_call_timeout = milliseconds(300);
-    return o;
-  };
-  ControlChannel c0(elastic(0));
-  c0.rendezvous(description(2), endpoints("127.0.0.1", 9000, 2), "j");
-  const auto started = Clock::now();
-  const Membership g0 = c0.join_generation(Generation());
-  EXPECT_GE(Clock::now() - started, milliseconds(300));
-  EXPECT_EQ(g0.nodes, std::vector<int>{0});
-  auto stop0 = std::make_shared<ExternalStop>();
-  c0.watch(stop0);
-
-  auto late = std::async(std::launch::async, [&] {
-    ControlChannel c2(elastic(2));
-    c2.rendezvous(description(2), endpoints("127.0.0.3", 7000, 2), "");
-    Membership m = c2.join_generation(Generation());
-    c2.finish();
-    return m;
-  });
-  ASSERT_TRUE(wait_for([&] { return stop0->generation_failure(Generation(0)).has_value(); },
-                       milliseconds(3000)));
-  EXPECT_NE(stop0->generation_failure(Generation(0))->second.find("node 2 asks to join the job"),
-            std::string::npos);
-  const Membership g1 = c0.join_generation(Generation(1));
-  EXPECT_EQ(g1.nodes, (std::vector<int>{0, 2}));
-  const Membership m2 = late.get();
-  EXPECT_EQ(m2.generation, Generation(1));
-  EXPECT_EQ(m2.position, 1);
-  EXPECT_EQ(env::join_endpoints(m2.endpoints),
-            "127.0.0.1:9000,127.0.0.1:9001,127.0.0.3:7000,127.0.0.3:7001");
-  c0.finish();
-}
-
-// --- ready_members: the rule both control planes decide a generation's members by -----------
+// --- ready_members: the rule the engine decides a generation's members by -----------
 
 ControlOptions rule_options(int nnodes, int min_nnodes) {
   ControlOptions o;

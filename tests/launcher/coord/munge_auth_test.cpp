@@ -1,7 +1,7 @@
 // Munge credentials against a real munged the test starts (tests/support/munged.h; skipped
 // without root or munged): the wrapper (encode, decode, each failure named), the socket Slurm
-// names, the admission of the control store's clients, and a two-node ControlChannel whose
-// launchers are admitted by munge and agree on node 0's workers' secret.
+// names, the admission of the control store's clients, and a two-node control plane (node 0's TCP
+// store) whose launchers are admitted by munge and agree on node 0's workers' secret.
 #include "launcher/coord/munge_auth.h"
 
 #include <gtest/gtest.h>
@@ -14,7 +14,7 @@
 #include <memory>
 
 #include "env/slurm.h"
-#include "launcher/coord/control.h"
+#include "launcher/coord/control_plane.h"
 #include "store/tcp_store.h"
 #include "tests/support/munged.h"
 #include "tests/support/ports.h"
@@ -202,7 +202,7 @@ TEST(MungeControlChannel, LaunchersAdmittedByMungeAgreeOnNodeZerosSecret) {
       std::make_shared<const MungeAdmission>(client_of(munged), "slurm job 9, control store");
   const std::uint16_t port = testing::free_port();
   const JobDescription d = {{"nnodes", "2"}, {"worker program", "w"}};
-  ControlChannel c0(munge_options(port, 0, admission));
+  const std::unique_ptr<Control> c0 = make_control(munge_options(port, 0, admission));
 
   // Before node 1 joins: what a stranger presents is refused.
   std::string why = refusal_of(intruder(port, [] { return std::string("s3cret"); }));
@@ -216,14 +216,14 @@ TEST(MungeControlChannel, LaunchersAdmittedByMungeAgreeOnNodeZerosSecret) {
   EXPECT_TRUE(has(why, "Replayed")) << why;
 
   auto node1 = std::async(std::launch::async, [&] {
-    ControlChannel c1(munge_options(port, 1, admission));
-    const auto a = c1.rendezvous(d, {{"127.0.0.2", 7000}}, "", "node-1-secret");
-    c1.finish();
+    const std::unique_ptr<Control> c1 = make_control(munge_options(port, 1, admission));
+    const auto a = c1->rendezvous(d, {{"127.0.0.2", 7000}}, "", "node-1-secret");
+    c1->finish();
     return a;
   });
-  const auto a0 = c0.rendezvous(d, {{"127.0.0.1", 7000}}, "job-0", "node-0-secret");
+  const auto a0 = c0->rendezvous(d, {{"127.0.0.1", 7000}}, "job-0", "node-0-secret");
   const auto a1 = node1.get();
-  c0.finish();
+  c0->finish();
   EXPECT_EQ(a0.job_secret, "node-0-secret");
   EXPECT_EQ(a1.job_secret, "node-0-secret") << "node 1 takes node 0's workers' secret";
   EXPECT_EQ(a1.job_id, "job-0");

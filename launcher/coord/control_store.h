@@ -1,0 +1,79 @@
+// What the control-plane engine (launcher/coord/engine.h) needs of the place the launchers of a
+// job share: append-only rosters, single-writer cells, one compare-and-set, a wait. Three short
+// implementations: node 0's TCP store (tcp_control_store.h), an etcd v3 cluster
+// (etcd_control_store.h) and memory (memory_control_store.h, for tests). Everything the job
+// decides (who holds a node rank, the members of a generation, how it ended, the job's failure) is
+// a rule of the engine over these primitives, written once.
+//
+// A roster is a list that only grows; its entries keep the order in which they landed, the same
+// for every reader, so "the first entry that verifies" is one answer for every node. A cell is a
+// key that one launcher writes and others read (heartbeats). Names are the engine's (the run's
+// token first); each store puts them under its own namespace.
+//
+// Thread-safety: one ControlStore is used by one thread at a time; connect() makes another for a
+// second thread. Errors: ControlStoreError (unreachable, a request that failed or timed out).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launcher/coord/records.h"
+
+namespace ddl::launcher {
+
+// The store could not be reached or a request failed; the message names the store.
+class ControlStoreError : public ControlError {
+ public:
+  using ControlError::ControlError;
+};
+
+// Where a reader of a roster is: entries past it are new. 0: before the first.
+using RosterCursor = std::int64_t;
+
+class ControlStore {
+ public:
+  virtual ~ControlStore() = default;
+
+  // Another connection to the same store, for another thread.
+  virtual std::unique_ptr<ControlStore> connect() const = 0;
+
+  // Appends `value` to roster `roster`.
+  virtual void append(const std::string& roster, const std::string& value) = 0;
+  // The entries of `roster` past `cursor`, oldest first, at most `limit`; moves `cursor` past
+  // them.
+  virtual std::vector<std::string> read(const std::string& roster, RosterCursor& cursor,
+                                        std::size_t limit) = 0;
+  // Waits until `roster` has an entry past `cursor`, at most `timeout`; false when none came.
+  virtual bool wait(const std::string& roster, RosterCursor cursor,
+                    std::chrono::milliseconds timeout) = 0;
+
+  // Cells: `put` replaces the value; `get` returns each key's value (nullopt: absent), in one
+  // request where the store can.
+  virtual void put(const std::string& key, const std::string& value) = 0;
+  virtual std::vector<std::optional<std::string>> get(const std::vector<std::string>& keys) = 0;
+  // Atomically: when `key` holds `expected` (nullopt: absent), makes it hold `desired` (nullopt:
+  // removes it). True when it did.
+  virtual bool swap(const std::string& key, const std::optional<std::string>& expected,
+                    const std::optional<std::string>& desired) = 0;
+  // Removes every key whose name starts with `prefix` (a store that outlives its launchers);
+  // nothing where the store ends with the job.
+  virtual void erase(const std::string& prefix) = 0;
+
+  // True when the store outlives the launchers that use it (etcd), so that a crashed run's
+  // records may still be there when the next run of the same job id starts.
+  virtual bool outlives_launchers() const = 0;
+  // The lowest node rank this launcher may take when none is given: 1 where a launcher that
+  // hosts the store is node 0 (the TCP store), else 0.
+  virtual int first_free_rank() const = 0;
+  // True when the store ends with this launcher (node 0 hosting the TCP store): it stays until
+  // the others said goodbye.
+  virtual bool hosted_here() const = 0;
+  // "node 0's control store at 10.0.0.1:29500", "etcd at h1:2379, h2:2379 (keys /ddl/job/)".
+  virtual std::string where() const = 0;
+};
+
+}  // namespace ddl::launcher

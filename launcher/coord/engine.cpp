@@ -1,0 +1,1022 @@
+#include "launcher/coord/engine.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <charconv>
+#include <functional>
+
+#include "net/auth.h"
+
+namespace ddl::launcher {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr std::size_t kMacHex = 2 * net::kDigestBytes;
+constexpr const char* kUnsigned = "-";
+constexpr int kAttempts = 100;
+
+std::string gen(const std::string& family, int generation) {
+  return family + "/" + std::to_string(generation);
+}
+
+std::string fresh_token() { return net::to_hex(net::sha256(net::random_bytes(16))).substr(0, 16); }
+
+std::int64_t wall_ms() {
+  return std::chrono::duration_cast<milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// A non-negative decimal number, the whole of `s`.
+std::optional<std::int64_t> number(std::string_view s) {
+  std::int64_t n = -1;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size() || n < 0) return std::nullopt;
+  return n;
+}
+
+bool contains(const std::vector<int>& nodes, int n) {
+  return std::find(nodes.begin(), nodes.end(), n) != nodes.end();
+}
+
+}  // namespace
+
+// Who is in the job, as the "present", "bye" and "lost" rosters say, read incrementally.
+struct Roll {
+  RosterCursor present_at = 0, bye_at = 0, lost_at = 0;
+  std::map<int, std::string> present;  // node -> its launcher
+  std::set<int> bye;
+  std::set<int> lost;
+};
+
+struct ControlEngine::Decision {
+  Roll roll;
+  RosterCursor described_at = 0;
+  std::map<int, Presentation> presented;
+  int generation = -1;  // of the join roster below
+  RosterCursor join_at = 0;
+  std::set<int> joined;
+  RosterCursor waiting_at = 0;
+  std::set<int> waiting;
+};
+
+struct ControlEngine::Watch {
+  Roll roll;
+  RosterCursor failed_at = 0;
+  bool delivered = false;  // the job's failure was passed on
+  std::set<int> ended;     // generations whose end was passed on
+  std::set<int> admissions;
+  std::set<std::pair<int, int>> declared;  // (generation, node) losses published
+  struct Beat {
+    std::string value;
+    Clock::time_point changed;
+  };
+  std::map<int, Beat> beats;
+  Clock::time_point last_ok = Clock::now();
+  int rounds = 0;
+};
+
+// --- records ------------------------------------------------------------------------------------
+
+std::string ControlEngine::seal(const std::string& name, const std::string& payload) const {
+  // A launcher that has no node rank yet writes as node 0 (the run pointer, its claims).
+  const std::string body =
+      std::to_string(std::max(options_.node_rank, 0)) + ":" + launcher_ + ":" + payload;
+  if (options_.secret.empty()) return std::string(kUnsigned) + ":" + body;
+  return net::to_hex(net::hmac_sha256(options_.secret, name + '\0' + body)) + ":" + body;
+}
+
+std::optional<ControlEngine::Entry> ControlEngine::open_entry(const std::string& name,
+                                                              const std::string& raw) const {
+  std::string why;
+  const std::size_t mac_end = raw.find(':');
+  if (mac_end == std::string::npos) {
+    why = "not a record of launch";
+  } else {
+    const std::string body = raw.substr(mac_end + 1);
+    const std::string mac = raw.substr(0, mac_end);
+    const std::size_t node_end = body.find(':');
+    const std::size_t launcher_end =
+        node_end == std::string::npos ? std::string::npos : body.find(':', node_end + 1);
+    const std::optional<std::int64_t> node =
+        node_end == std::string::npos ? std::nullopt
+                                      : number(std::string_view(body).substr(0, node_end));
+    if (launcher_end == std::string::npos || !node || *node >= options_.nnodes) {
+      why = "not a record of launch";
+    } else if (!options_.secret.empty() &&
+               (mac.size() != kMacHex ||
+                mac != net::to_hex(net::hmac_sha256(options_.secret, name + '\0' + body)))) {
+      why = std::string("not signed with this job's ") + env::kJobSecret + " for this run";
+    } else {
+      return Entry{static_cast<int>(*node), body.substr(node_end + 1, launcher_end - node_end - 1),
+                   body.substr(launcher_end + 1)};
+    }
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (refused_.insert(name).second) {
+    spdlog::warn("refusing a record under '{}' in {}: {} ('{}'); it is not counted", name,
+                 store_->where(), why, raw.substr(0, 40));
+  }
+  return std::nullopt;
+}
+
+std::vector<ControlEngine::Entry> ControlEngine::read_entries(ControlStore& store,
+                                                              const std::string& roster,
+                                                              RosterCursor& cursor,
+                                                              std::size_t limit) {
+  std::vector<Entry> out;
+  while (out.size() < limit) {
+    const std::vector<std::string> raw = store.read(name(roster), cursor, limit - out.size());
+    if (raw.empty()) break;
+    for (const std::string& r : raw) {
+      if (auto e = open_entry(name(roster), r)) out.push_back(std::move(*e));
+    }
+  }
+  return out;
+}
+
+std::optional<ControlEngine::Entry> ControlEngine::first_entry(ControlStore& store,
+                                                               const std::string& roster) {
+  RosterCursor cursor = 0;
+  std::vector<Entry> e = read_entries(store, roster, cursor, 1);
+  if (e.empty()) return std::nullopt;
+  return std::move(e.front());
+}
+
+void ControlEngine::append(ControlStore& store, const std::string& roster,
+                           const std::string& payload) {
+  store.append(name(roster), seal(name(roster), payload));
+}
+
+namespace {
+// Reads what is new in the rosters of who is in the job, through `read` (verified entries).
+void refresh(Roll& roll,
+             const std::function<std::vector<ControlEngine::Entry>(const std::string&,
+                                                                   RosterCursor&)>& read) {
+  for (const auto& e : read("present", roll.present_at)) roll.present.emplace(e.node, e.launcher);
+  for (const auto& e : read("bye", roll.bye_at)) roll.bye.insert(e.node);
+  for (const auto& e : read("lost", roll.lost_at)) {
+    if (auto n = number(e.payload)) roll.lost.insert(static_cast<int>(*n));
+  }
+}
+}  // namespace
+
+// --- joining ------------------------------------------------------------------------------------
+
+ControlEngine::ControlEngine(const ControlOptions& options, std::unique_ptr<ControlStore> store)
+    : options_(options),
+      launcher_(fresh_token()),
+      store_(std::move(store)),
+      decision_(std::make_unique<Decision>()) {
+  try {
+    join_run();
+    claim_rank();
+    watch_store_ = store_->connect();
+  } catch (const ControlStoreError& e) {
+    throw ControlError("node " + std::to_string(options_.node_rank) + ": " + e.what());
+  }
+  watcher_ = std::thread([this] { watch_loop(); });
+}
+
+// Without finish() or abandon() a launcher says no goodbye: the others take it for lost, as one
+// that was killed.
+ControlEngine::~ControlEngine() { stop_watcher(); }
+
+void ControlEngine::join_run() {
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    const std::optional<std::string> current = store_->get({"run"}).front();
+    if (!current) {
+      const std::string token = fresh_token();
+      token_ = token;  // seal() binds the pointer to the token it names
+      if (store_->swap("run", std::nullopt, seal("run", token))) {
+        spdlog::debug("control plane: started run {} in {}", token, store_->where());
+        return;
+      }
+      continue;  // another launcher was first: join its run
+    }
+    std::optional<Entry> pointer = open_entry("run", *current);
+    if (!pointer) {
+      // Not this job's: whoever could write it could as well have deleted it.
+      store_->swap("run", current, std::nullopt);
+      continue;
+    }
+    if (!store_->outlives_launchers() || run_is_live(pointer->payload)) {
+      token_ = pointer->payload;
+      return;
+    }
+    spdlog::info(
+        "control plane: the records of run {} in {} are left from an earlier run of "
+        "job '{}' whose launchers are all gone; starting a new run",
+        pointer->payload, store_->where(), options_.job_id);
+    if (store_->swap("run", current, std::nullopt)) store_->erase(pointer->payload + "/");
+  }
+  throw ControlError("could not join or start the run of job '" + options_.job_id + "' in " +
+                     store_->where() + ": it kept changing (" + std::to_string(kAttempts) +
+                     " attempts)");
+}
+
+bool ControlEngine::run_is_live(const std::string& token) {
+  // A run is live when one of its launchers beat within the heartbeat timeout: at once by the
+  // time its beat carries (clocks agree), else by seeing a beat change within the timeout.
+  const std::string saved = token_;
+  token_ = token;
+  Roll roll;
+  RosterCursor cursor = 0;
+  for (const Entry& e : read_entries(*store_, "present", cursor))
+    roll.present.emplace(e.node, e.launcher);
+  std::vector<std::string> keys;
+  for (const auto& [node, launcher] : roll.present) keys.push_back(name(gen("hb", node)));
+  const auto deadline = Clock::now() + options_.heartbeat_timeout;
+  std::vector<std::optional<std::string>> first;
+  bool live = false;
+  while (!live) {
+    const std::vector<std::optional<std::string>> now = store_->get(keys);
+    for (std::size_t i = 0; i < now.size() && !live; ++i) {
+      if (!now[i]) continue;
+      const std::optional<Entry> beat = open_entry(keys[i], *now[i]);
+      if (!beat) continue;
+      const std::size_t space = beat->payload.find(' ');
+      const auto at = space == std::string::npos
+                          ? std::nullopt
+                          : number(std::string_view(beat->payload).substr(space + 1));
+      if (at && wall_ms() - *at < options_.heartbeat_timeout.count()) live = true;
+      if (!first.empty() && first[i] != now[i]) live = true;
+    }
+    if (first.empty()) first = now;
+    if (live || Clock::now() >= deadline) break;
+    std::this_thread::sleep_for(options_.heartbeat_interval);
+    if (keys.empty()) {
+      // Re-read who is present: the run's first launcher claims right after it starts the run.
+      for (const Entry& e : read_entries(*store_, "present", cursor)) {
+        roll.present.emplace(e.node, e.launcher);
+        keys.push_back(name(gen("hb", e.node)));
+      }
+      first.clear();
+    }
+  }
+  token_ = saved;
+  return live;
+}
+
+bool ControlEngine::claim(int node) {
+  const std::string roster = gen("claim", node);
+  std::optional<Entry> holder = first_entry(*store_, roster);
+  if (!holder) {
+    store_->append(name(roster), seal(name(roster), std::to_string(node)));
+    holder = first_entry(*store_, roster);
+  }
+  return holder && holder->launcher == launcher_;
+}
+
+void ControlEngine::claim_rank() {
+  // The envelope names the writer's node: while it has none, it writes as the node it claims.
+  if (options_.node_rank != kAutoNodeRank) {
+    if (!claim(options_.node_rank)) {
+      throw ControlError("another launcher has already joined the job as node " +
+                         std::to_string(options_.node_rank) + " (" + store_->where() +
+                         "); check --node_rank / --node_ip / SLURM_NODEID");
+    }
+  } else {
+    bool claimed = false;
+    for (int n = store_->first_free_rank(); n < options_.nnodes && !claimed; ++n) {
+      options_.node_rank = n;
+      claimed = claim(n);
+    }
+    if (!claimed) {
+      options_.node_rank = kAutoNodeRank;
+      throw ControlError("no node rank given, and all " + std::to_string(options_.nnodes) +
+                         " node ranks of the job are taken in " + store_->where() +
+                         ": more launchers than --nnodes=" + std::to_string(options_.nnodes) +
+                         " joined");
+    }
+    spdlog::info("node rank {} assigned through {}", options_.node_rank, store_->where());
+  }
+  beat(*store_);
+  append(*store_, "present", "");
+}
+
+void ControlEngine::beat(ControlStore& store) {
+  const std::string key = name(gen("hb", options_.node_rank));
+  const std::string value = seal(key, std::to_string(++beats_) + " " + std::to_string(wall_ms()));
+  if (!store.swap(key, last_beat_, value)) {
+    const std::optional<std::string> now = store.get({key}).front();
+    throw ControlError("the job's records in " + store.where() + " were " +
+                       (now ? "overwritten" : "deleted") +
+                       " from under it (this node's heartbeat '" + key + "' " +
+                       (now ? "holds a value this node did not write" : "is gone") +
+                       "): the job cannot be trusted any more");
+  }
+  last_beat_ = value;
+}
+
+Control::Agreement ControlEngine::rendezvous(const JobDescription& mine,
+                                             const std::vector<env::Endpoint>& local,
+                                             const std::string& proposed_job_id,
+                                             const std::string& proposed_job_secret) {
+  const int me = options_.node_rank;
+  const auto deadline = Clock::now() + options_.rendezvous_timeout;
+  description_ = mine;
+  std::unique_lock<std::mutex> lock(store_mutex_);
+  try {
+    const std::string presentation =
+        encode_presentation({mine, local, proposed_job_id, proposed_job_secret});
+    // Under "node/<n>" for whoever looks for one node, in "described" for the decider, who
+    // reads every node's in one request per batch of arrivals.
+    append(*store_, gen("node", me), presentation);
+    append(*store_, "described", presentation);
+    auto missing = [&](const std::set<int>& pending) {
+      return ControlError("node(s) " + node_list(pending) + " of " +
+                          std::to_string(options_.nnodes) + " did not join the job in " +
+                          store_->where() + " within the rendezvous deadline (" +
+                          seconds_text(options_.rendezvous_timeout) +
+                          " s, --rendezvous_timeout); is launch running there with the same "
+                          "node list, ports, --rdzv_id and DDL_JOB_SECRET?");
+    };
+    // Node 0's presentation is the reference: every node compares with it, node 0 with every
+    // node (here with a fixed count; elastic as they join a generation).
+    std::set<int> pending;
+    if (me == 0 && !options_.elastic()) {
+      for (int n = 1; n < options_.nnodes; ++n) pending.insert(n);
+    }
+    while (true) {
+      if (me == 0) {
+        read_presentations();
+        for (const auto& [node, theirs] : decision_->presented) {
+          if (!pending.count(node)) continue;
+          compare_with(node, theirs);
+          pending.erase(node);
+        }
+      }
+      if (!reference_) reference_ = presentation_of(0);
+      if (reference_ && me != 0) compare_with(0, *reference_);
+      if (auto failure = job_failure(*store_)) {
+        throw ControlError("the job failed while the nodes met: " + failure->str());
+      }
+      if (reference_ && pending.empty()) break;
+      const auto now = Clock::now();
+      if (now >= deadline) throw missing(reference_ ? pending : std::set<int>{0});
+      store_->wait(
+          name(me == 0 ? std::string("described") : gen("node", 0)),
+          me == 0 ? decision_->described_at : 0,
+          std::min(kControlPollInterval, std::chrono::duration_cast<milliseconds>(deadline - now)));
+    }
+    return Agreement{reference_->job_id, reference_->job_secret};
+  } catch (const ControlError& e) {
+    lock.unlock();
+    fail_rendezvous(e);
+    throw;
+  }
+}
+
+void ControlEngine::read_presentations() {
+  Decision& d = *decision_;
+  for (const Entry& e : read_entries(*store_, "described", d.described_at)) {
+    if (d.presented.count(e.node)) continue;
+    d.presented.emplace(e.node, decode_presentation(e.payload, "'" + name("described") + "' in " +
+                                                                   store_->where()));
+  }
+}
+
+std::optional<Presentation> ControlEngine::presentation_of(int node) {
+  if (auto it = decision_->presented.find(node); it != decision_->presented.end()) {
+    return it->second;
+  }
+  const std::string roster = gen("node", node);
+  RosterCursor cursor = 0;
+  for (const Entry& e : read_entries(*store_, roster, cursor)) {
+    if (e.node != node) continue;
+    return decode_presentation(e.payload, "'" + name(roster) + "' in " + store_->where());
+  }
+  return std::nullopt;
+}
+
+void ControlEngine::compare_with(int node, const Presentation& theirs) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!checked_.insert(node).second) return;
+  }
+  if (auto why = description_mismatch(description_, options_.node_rank, theirs.description, node)) {
+    throw ControlError(*why);
+  }
+}
+
+void ControlEngine::fail_rendezvous(const ControlError& error) {
+  // The nodes already waiting learn at once why the job is not formed.
+  try {
+    std::lock_guard<std::mutex> lock(store_mutex_);
+    publish_failure(*store_,
+                    FailureRecord{options_.node_rank, std::nullopt, kExitUsage, error.what()});
+  } catch (const ControlError& e) {
+    spdlog::debug("could not tell the other nodes that the rendezvous failed: {}", e.what());
+  }
+}
+
+std::optional<FailureRecord> ControlEngine::failure_in(const Entry& e, ControlStore& store) {
+  try {
+    FailureRecord record =
+        decode_failure(e.payload, "'" + name("failed") + "' in " + store.where());
+    if (record.exit_code == 0) {
+      throw RecordError("a job failure with exit code 0 in '" + name("failed") + "' of " +
+                        store.where() + " (" + record.str() + ")");
+    }
+    return record;
+  } catch (const RecordError& err) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (refused_.insert(name("failed") + err.what()).second) {
+      spdlog::warn("refusing a record in {}: {}; it is not counted", store.where(), err.what());
+    }
+    return std::nullopt;
+  }
+}
+
+std::optional<FailureRecord> ControlEngine::job_failure(ControlStore& store) {
+  RosterCursor cursor = 0;
+  for (const Entry& e : read_entries(store, "failed", cursor)) {
+    if (auto record = failure_in(e, store)) return record;
+  }
+  return std::nullopt;
+}
+
+void ControlEngine::check_not_over(const std::string& while_doing) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (lost_) throw ControlError(*lost_);
+  }
+  if (auto failure = job_failure(*store_)) {
+    throw ControlError("the job failed " + while_doing + ": " + failure->str());
+  }
+  if (first_entry(*store_, "over")) {
+    throw ControlError("the job ended " + while_doing);
+  }
+}
+
+// --- generations --------------------------------------------------------------------------------
+
+std::vector<int> ControlEngine::live_nodes(Watch& w) {
+  std::vector<int> live;
+  for (const auto& [node, launcher] : w.roll.present) {
+    if (!w.roll.lost.count(node) && !w.roll.bye.count(node)) live.push_back(node);
+  }
+  return live;
+}
+
+int ControlEngine::decider(Watch& w) {
+  const std::vector<int> live = live_nodes(w);
+  return live.empty() ? options_.node_rank : live.front();
+}
+
+std::optional<std::vector<int>> ControlEngine::decide(int generation, Clock::time_point deadline,
+                                                      std::optional<Clock::time_point>& last_call) {
+  Decision& d = *decision_;
+  auto read = [&](const std::string& roster, RosterCursor& c) {
+    return read_entries(*store_, roster, c);
+  };
+  refresh(d.roll, read);
+  std::set<int> lost = d.roll.lost;
+  std::vector<int> previous;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    previous = current_members_;
+    lost.insert(lost_nodes_.begin(), lost_nodes_.end());
+  }
+  // The decider is the lowest live node (node 0 on the TCP store).
+  for (const auto& [node, launcher] : d.roll.present) {
+    if (lost.count(node) || d.roll.bye.count(node)) continue;
+    if (node != options_.node_rank) return std::nullopt;
+    break;
+  }
+  if (d.generation != generation) {
+    d.generation = generation;
+    d.join_at = 0;
+    d.joined.clear();
+  }
+  for (const Entry& e : read_entries(*store_, gen("join", generation), d.join_at)) {
+    d.joined.insert(e.node);
+  }
+  GenerationCandidates c;
+  c.generation = generation;
+  for (int n : d.joined) {
+    if (lost.count(n)) continue;
+    // Elastic: a node is compared when it first joins a generation.
+    if (options_.elastic() && n != options_.node_rank) {
+      const std::optional<Presentation> theirs = presentation_of(n);
+      if (!theirs) continue;
+      compare_with(n, *theirs);
+    }
+    c.joined.insert(n);
+  }
+  if (!options_.elastic() || generation == 0) {
+    for (int n = 0; n < options_.nnodes; ++n) c.expected.insert(n);
+  } else {
+    c.expected.insert(previous.begin(), previous.end());
+    for (const Entry& e : read_entries(*store_, "waiting", d.waiting_at)) d.waiting.insert(e.node);
+    for (int n : d.waiting) {
+      if (d.roll.present.count(n)) c.expected.insert(n);
+    }
+  }
+  c.lost = lost;
+  return ready_members(options_, c, Clock::now(), deadline, last_call, "in " + store_->where(), "");
+}
+
+Membership ControlEngine::join_generation(Generation requested) {
+  const int me = options_.node_rank;
+  const auto deadline = Clock::now() + options_.rendezvous_timeout;
+  int generation = requested.index();
+  std::lock_guard<std::mutex> lock(store_mutex_);
+  try {
+    append(*store_, gen("join", generation), "");
+    bool waiting = false;
+    std::optional<Clock::time_point> last_call;
+    Members members;
+    while (true) {
+      const std::string what = "generation " + std::to_string(generation);
+      const std::string roster = gen("members", generation);
+      if (std::optional<Entry> decided = first_entry(*store_, roster)) {
+        Members m =
+            decode_members(decided->payload, "'" + name(roster) + "' in " + store_->where());
+        if (contains(m.nodes, me)) {
+          members = std::move(m);
+          break;
+        }
+        if (!options_.elastic() || !requested.first()) {
+          throw ControlError("the other nodes formed " + what + " without this node (node " +
+                             std::to_string(me) + "): it was taken for lost");
+        }
+        if (!waiting) {
+          spdlog::info(
+              "node {}: the job is running without this node ({}); waiting to be "
+              "admitted at its next restart",
+              me, what);
+          append(*store_, "waiting", "");
+          waiting = true;
+        }
+        ++generation;
+        last_call.reset();
+        append(*store_, gen("join", generation), "");
+        continue;
+      }
+      check_not_over("before node " + std::to_string(me) + " could join " + what);
+      if (std::optional<std::vector<int>> nodes = decide(generation, deadline, last_call)) {
+        Members decided;
+        decided.generation = generation;
+        decided.nodes = *nodes;
+        bool complete = true;
+        read_presentations();
+        for (int n : decided.nodes) {
+          const std::optional<Presentation> p = presentation_of(n);
+          if (!p) {
+            complete = false;
+            break;
+          }
+          decided.endpoints.push_back(p->endpoints);
+        }
+        if (complete) append(*store_, roster, encode_members(decided));
+        continue;
+      }
+      const auto now = Clock::now();
+      if (now >= deadline) {
+        throw ControlError("the nodes did not form " + what + " within the rendezvous deadline (" +
+                           seconds_text(options_.rendezvous_timeout) + " s, --rendezvous_timeout)");
+      }
+      RosterCursor none = 0;
+      store_->wait(
+          name(roster), none,
+          std::min(kControlPollInterval, std::chrono::duration_cast<milliseconds>(deadline - now)));
+    }
+    Membership m = membership_of(members, me, options_.equal_node_sizes);
+    std::lock_guard<std::mutex> state(mutex_);
+    current_generation_ = generation;
+    current_members_ = members.nodes;
+    return m;
+  } catch (const ControlStoreError& e) {
+    throw ControlError("node " + std::to_string(me) + ": " + e.what());
+  }
+}
+
+void ControlEngine::end_generation(ControlStore& store, int generation,
+                                   const FailureRecord& record) {
+  append(store, gen("gend", generation), encode_failure(record));
+}
+
+void ControlEngine::publish_failure(ControlStore& store, const FailureRecord& record) {
+  if (record.node == options_.node_rank) published_failure_ = true;
+  if (job_failure(store)) return;  // another failure was first
+  append(store, "failed", encode_failure(record));
+  if (auto first = job_failure(store); first && *first == record) {
+    spdlog::info("told the other nodes: {}", record.str());
+  }
+}
+
+void ControlEngine::report_generation_failure(Generation generation, const FailureNotice& notice) {
+  const FailureRecord record{options_.node_rank, notice.rank, notice.exit_code, notice.what};
+  try {
+    std::lock_guard<std::mutex> lock(store_mutex_);
+    end_generation(*store_, generation.index(), record);
+    spdlog::info("told the other nodes: generation {} failed: {}", generation.index(),
+                 record.str());
+  } catch (const ControlError& e) {
+    spdlog::error("could not tell the other nodes that generation {} failed ({}): {}",
+                  generation.index(), record.str(), e.what());
+  }
+}
+
+void ControlEngine::report_generation_success(Generation generation) {
+  const int k = generation.index();
+  std::vector<int> members;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (current_generation_ == k) members = current_members_;
+  }
+  try {
+    std::lock_guard<std::mutex> lock(store_mutex_);
+    append(*store_, gen("done", k), "");
+    RosterCursor cursor = 0;
+    std::set<int> done;
+    for (const Entry& e : read_entries(*store_, gen("done", k), cursor)) {
+      if (contains(members, e.node)) done.insert(e.node);
+    }
+    // The last member to finish says so under "gend/K", which every watcher waits on.
+    if (!members.empty() && done.size() == members.size()) {
+      append(*store_, gen("gend", k), encode_generation_success(k));
+    }
+  } catch (const ControlError& e) {
+    spdlog::error(
+        "could not tell the other nodes that this node's part of generation {} "
+        "succeeded: {}",
+        k, e.what());
+  }
+}
+
+void ControlEngine::report_failure(const FailureNotice& notice) {
+  FailureRecord record{options_.node_rank, notice.rank, notice.exit_code, notice.what};
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    // Ended by another node's failure: pass on that node's own record.
+    if (notice.from_peer && peer_generation_failure_) record = *peer_generation_failure_;
+    if (lost_) return;  // the store is out of reach, or the job went on without this node
+  }
+  if (record.exit_code == 0) record.exit_code = 1;
+  try {
+    std::lock_guard<std::mutex> lock(store_mutex_);
+    publish_failure(*store_, record);
+  } catch (const ControlError& e) {
+    spdlog::error("could not tell the other nodes that {}: {}", record.str(), e.what());
+  }
+}
+
+// --- watching -----------------------------------------------------------------------------------
+
+void ControlEngine::watch(std::shared_ptr<ExternalStop> stop) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stop_ = std::move(stop);
+}
+
+void ControlEngine::stop_watcher() {
+  {
+    std::lock_guard<std::mutex> lock(stop_mutex_);
+    stopping_ = true;
+  }
+  stop_cv_.notify_all();
+  if (watcher_.joinable()) watcher_.join();
+}
+
+void ControlEngine::lose(const std::string& why) {
+  const FailureRecord record{options_.node_rank, std::nullopt, 1, "lost the job: " + why};
+  spdlog::error("{}", record.what);
+  std::shared_ptr<ExternalStop> stop;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    lost_ = record.what;
+    if (!seen_failure_) seen_failure_ = record;
+    stop = stop_;
+  }
+  if (stop) stop->request(record.exit_code, record.what);
+}
+
+void ControlEngine::watch_loop() {
+  Watch w;
+  while (!stopping_) {
+    try {
+      watch_round(w);
+      w.last_ok = Clock::now();
+    } catch (const ControlStoreError& e) {
+      if (stopping_) return;
+      // A store that does not answer for the heartbeat timeout has lost this node.
+      spdlog::debug("{}", e.what());
+      if (Clock::now() - w.last_ok >= options_.heartbeat_timeout) {
+        lose("lost the control connection to " + store_->where() + " for " +
+             seconds_text(options_.heartbeat_timeout) + " s: " + e.what());
+        return;
+      }
+      std::unique_lock<std::mutex> lock(stop_mutex_);
+      stop_cv_.wait_for(lock, kControlPollInterval, [this] { return stopping_.load(); });
+    } catch (const ControlError& e) {
+      if (stopping_) return;
+      lose(e.what());
+      return;
+    }
+  }
+}
+
+void ControlEngine::watch_round(Watch& w) {
+  const int me = options_.node_rank;
+  ControlStore& store = *watch_store_;
+  beat(store);
+  std::shared_ptr<ExternalStop> stop;
+  int generation;
+  std::vector<int> members;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop = stop_;
+    generation = current_generation_;
+    members = current_members_;
+  }
+  if (!stop) {
+    // Not watching yet (joining): beats only.
+    std::unique_lock<std::mutex> lock(stop_mutex_);
+    stop_cv_.wait_for(lock, options_.heartbeat_interval, [this] { return stopping_.load(); });
+    return;
+  }
+  if (!w.delivered) {
+    for (const Entry& e : read_entries(store, "failed", w.failed_at)) {
+      std::optional<FailureRecord> record = failure_in(e, store);
+      if (!record) continue;
+      w.delivered = true;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        seen_failure_ = record;
+      }
+      if (record->node != me) {
+        stop->request(record->exit_code, "node " + std::to_string(record->node) +
+                                             " failed first (" + record->str() + ")");
+      } else if (!published_failure_) {
+        stop->request(record->exit_code,
+                      "the other nodes took this node for failed (" + record->str() + ")");
+      }
+      break;
+    }
+  }
+  watch_peers(w, generation, members);
+  ++w.rounds;
+  if (generation < 0 || w.ended.count(generation)) {
+    std::unique_lock<std::mutex> lock(stop_mutex_);
+    stop_cv_.wait_for(lock, options_.heartbeat_interval, [this] { return stopping_.load(); });
+    return;
+  }
+  // One request per period: waits until the period passed or the running generation ended.
+  const std::string roster = gen("gend", generation);
+  if (!store.wait(name(roster), 0, options_.heartbeat_interval)) return;
+  const std::optional<Entry> end = first_entry(store, roster);
+  if (!end) return;
+  w.ended.insert(generation);
+  std::optional<FailureRecord> failure;
+  try {
+    failure = decode_generation_end(end->payload, generation,
+                                    "'" + name(roster) + "' in " + store.where());
+  } catch (const RecordError& e) {
+    failure = FailureRecord{end->node, std::nullopt, 1, e.what()};
+  }
+  if (!failure) {
+    succeeded_ = true;
+    stop->generation_succeeded(Generation(generation));
+    return;
+  }
+  if (failure->node != me) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    peer_generation_failure_ = *failure;
+  }
+  // A node is not told of its own failure, unless another node wrote it (it was taken for lost)
+  // or it is an admission (exit code 0).
+  if (failure->node != me || failure->exit_code == 0 || end->node != me) {
+    stop->generation_failed(Generation(generation), failure->exit_code,
+                            "generation " + std::to_string(generation) + " failed on node " +
+                                std::to_string(failure->node) + ": " + failure->what);
+  }
+}
+
+void ControlEngine::watch_peers(Watch& w, int generation, const std::vector<int>& members) {
+  const int me = options_.node_rank;
+  ControlStore& store = *watch_store_;
+  auto read = [&](const std::string& roster, RosterCursor& c) {
+    return read_entries(store, roster, c);
+  };
+  // The decider reads who is in the job every period, the others every fourth (it changes only
+  // when a node arrives, leaves or is lost, and they watch only the decider meanwhile).
+  if (w.rounds % 4 == 0 || decider(w) == me) {
+    refresh(w.roll, read);
+    std::lock_guard<std::mutex> lock(mutex_);
+    lost_nodes_.insert(w.roll.lost.begin(), w.roll.lost.end());
+  }
+  // The decider watches every other live node; every other node watches the decider.
+  const int lead = decider(w);
+  std::vector<int> watched;
+  if (lead == me) {
+    for (int n : live_nodes(w)) {
+      if (n != me) watched.push_back(n);
+    }
+  } else {
+    watched.push_back(lead);
+  }
+  std::vector<std::string> keys;
+  for (int n : watched) keys.push_back(name(gen("hb", n)));
+  const std::vector<std::optional<std::string>> values = store.get(keys);
+  const auto now = Clock::now();
+  for (std::size_t i = 0; i < watched.size(); ++i) {
+    const int n = watched[i];
+    Watch::Beat& beat = w.beats[n];
+    // A beat counts when it verifies: a stranger's value (or a deleted cell) is no sign of life.
+    const bool fresh = values[i] && open_entry(keys[i], *values[i]) && *values[i] != beat.value;
+    if (beat.value.empty() || fresh) {
+      if (values[i]) beat.value = *values[i];
+      beat.changed = now;
+      continue;
+    }
+    if (now - beat.changed < options_.heartbeat_timeout) continue;
+    declare_lost(w, n, generation, members);
+  }
+  // Elastic, the decider: a node waiting to be admitted fails the running generation (while
+  // restarts are left), so that the next one takes it in.
+  if (lead != me || !options_.elastic() || generation < 0 || generation >= options_.max_restarts ||
+      w.admissions.count(generation) || w.ended.count(generation)) {
+    return;
+  }
+  RosterCursor cursor = 0;
+  for (const Entry& e : read_entries(store, "waiting", cursor)) {
+    const int n = e.node;
+    if (contains(members, n) || w.roll.lost.count(n) || w.roll.bye.count(n) ||
+        !w.roll.present.count(n)) {
+      continue;
+    }
+    w.admissions.insert(generation);
+    const FailureRecord record{
+        me, std::nullopt, 0,
+        "node " + std::to_string(n) + " asks to join the job: re-forming it with the new node"};
+    spdlog::info("{}", record.what);
+    end_generation(store, generation, record);
+    return;
+  }
+}
+
+void ControlEngine::declare_lost(Watch& w, int node, int generation,
+                                 const std::vector<int>& members) {
+  if (!w.declared.insert({generation, node}).second) return;
+  w.roll.lost.insert(node);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    lost_nodes_.insert(node);
+  }
+  const FailureRecord lost{node, std::nullopt, 1,
+                           "node " + std::to_string(node) +
+                               "'s launcher stopped answering (no heartbeat for " +
+                               seconds_text(options_.heartbeat_timeout) + " s)"};
+  spdlog::error("{}", lost.what);
+  ControlStore& store = *watch_store_;
+  append(store, "lost", std::to_string(node));
+  if (generation >= 0 && contains(members, node)) end_generation(store, generation, lost);
+  // A fixed-size job cannot go on without it; an elastic one forms the next generation.
+  if (!options_.elastic()) publish_failure(store, lost);
+}
+
+// --- leaving ------------------------------------------------------------------------------------
+
+void ControlEngine::leave() {
+  if (left_) return;
+  left_ = true;
+  std::lock_guard<std::mutex> lock(store_mutex_);
+  append(*store_, "bye", "");
+  if (!store_->outlives_launchers()) return;
+  // The last launcher out removes the run and the pointer to it.
+  Roll roll;
+  auto read = [&](const std::string& roster, RosterCursor& c) {
+    return read_entries(*store_, roster, c);
+  };
+  refresh(roll, read);
+  for (const auto& [node, launcher] : roll.present) {
+    if (!roll.bye.count(node) && !roll.lost.count(node)) return;
+  }
+  const std::optional<std::string> pointer = store_->get({"run"}).front();
+  if (pointer) {
+    if (auto p = open_entry("run", *pointer); p && p->payload == token_) {
+      store_->swap("run", pointer, std::nullopt);
+    }
+  }
+  store_->erase(token_ + "/");
+  spdlog::debug("control plane: removed the records of run {}", token_);
+}
+
+std::optional<FailureRecord> ControlEngine::finish() {
+  auto known = [this] {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return std::make_pair(seen_failure_, lost_.has_value());
+  };
+  auto [failure, lost] = known();
+  if (lost) {
+    stop_watcher();
+    return failure;
+  }
+  try {
+    std::lock_guard<std::mutex> lock(store_mutex_);
+    // Read before the goodbye: node 0 may end, its store with it, once it has every goodbye.
+    if (!failure) failure = job_failure(*store_);
+    // The job is over for everyone (it failed, a generation succeeded, or node 0 ends and its
+    // store with it): nodes still waiting to be admitted give up. A node that ends alone (left
+    // out of a generation) says nothing of the kind: the others go on.
+    if (failure || succeeded_ || store_->hosted_here()) append(*store_, "over", "");
+  } catch (const ControlError& e) {
+    spdlog::error("{}", e.what());
+  }
+  if (!store_->hosted_here()) {
+    stop_watcher();
+    try {
+      leave();
+    } catch (const ControlError& e) {
+      spdlog::debug("could not say goodbye through {}: {}", store_->where(), e.what());
+    }
+    return failure ? failure : known().first;
+  }
+  // Node 0 hosts the store: it stays until every other node said goodbye or was declared lost
+  // (its watcher goes on meanwhile), at most linger_timeout once a failure is known.
+  try {
+    leave();
+    std::optional<Clock::time_point> linger;
+    Roll roll;
+    auto read = [&](const std::string& roster, RosterCursor& c) {
+      std::lock_guard<std::mutex> lock(store_mutex_);
+      return read_entries(*store_, roster, c);
+    };
+    while (true) {
+      refresh(roll, read);
+      std::set<int> lost_now;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        lost_now = lost_nodes_;
+      }
+      std::set<int> pending;
+      for (const auto& [node, launcher] : roll.present) {
+        if (!roll.bye.count(node) && !roll.lost.count(node) && !lost_now.count(node)) {
+          pending.insert(node);
+        }
+      }
+      if (pending.empty()) break;
+      if (!linger) {
+        std::lock_guard<std::mutex> lock(store_mutex_);
+        if (job_failure(*store_) || known().second) {
+          linger = Clock::now() + options_.linger_timeout;
+        }
+      }
+      if (linger && Clock::now() >= *linger) {
+        spdlog::warn("node(s) {} did not finish within {} s after the failure; leaving",
+                     node_list(pending), seconds_text(options_.linger_timeout));
+        break;
+      }
+      std::lock_guard<std::mutex> lock(store_mutex_);
+      store_->wait(name("bye"), roll.bye_at, kControlPollInterval);
+    }
+  } catch (const ControlError& e) {
+    spdlog::error("{}", e.what());
+  }
+  stop_watcher();
+  if (!failure) {
+    try {
+      std::lock_guard<std::mutex> lock(store_mutex_);
+      failure = job_failure(*store_);
+    } catch (const ControlError&) {
+    }
+  }
+  return failure ? failure : known().first;
+}
+
+void ControlEngine::abandon() {
+  stop_watcher();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (lost_) return;
+  }
+  try {
+    leave();
+    if (!store_->hosted_here()) return;
+    // Node 0 hosts the store: it stays (at most linger_timeout) until the nodes that joined said
+    // goodbye, so they can read what differed.
+    const auto deadline = Clock::now() + options_.linger_timeout;
+    Roll roll;
+    auto read = [&](const std::string& roster, RosterCursor& c) {
+      return read_entries(*store_, roster, c);
+    };
+    while (Clock::now() < deadline) {
+      refresh(roll, read);
+      bool pending = false;
+      for (const auto& [node, launcher] : roll.present) {
+        if (!roll.bye.count(node) && !roll.lost.count(node)) pending = true;
+      }
+      if (!pending) return;
+      store_->wait(name("bye"), roll.bye_at, kControlPollInterval);
+    }
+  } catch (const std::exception& e) {
+    spdlog::debug("{} while giving up: {}", store_->where(), e.what());
+  }
+}
+
+}  // namespace ddl::launcher
