@@ -4,6 +4,8 @@ find_package(ZLIB REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(cxxopts REQUIRED)
+# OpenSSL (libssl-dev): TLS between the launcher and etcd members that require it.
+find_package(OpenSSL REQUIRED)
 
 # Boost, header-only: Asio (net/'s framed transport and the store's server, the launcher's event
 # loop) and the classic Boost.Process API (the supervisor's child processes). 1.81 is the newest

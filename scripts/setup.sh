@@ -32,6 +32,9 @@ packages=(
   # The etcd control plane (--rdzv_backend=etcd, --master=etcd://): the tests start a 3-member etcd
   # 3.4 cluster on loopback; etcdctl for checking what a job leaves behind.
   etcd-server etcd-client
+  # The etcd client speaks TLS to etcd members that require it (OpenSSL through Boost.Asio); the
+  # tests make their certificates with the openssl program.
+  libssl-dev openssl
   # Multi-node tests in network namespaces: veth pairs (iproute2), random drops (nftables),
   # bandwidth limits (tc tbf, iproute2).
   iproute2 nftables

@@ -19,6 +19,7 @@
 #include "env/contract.h"
 #include "launcher/cluster/generation.h"
 #include "launcher/coord/records.h"
+#include "launcher/options/options.h"
 #include "launcher/supervise/peers.h"
 
 namespace ddl::launcher {
@@ -34,6 +35,7 @@ struct ControlOptions {
   // Not empty: the etcd cluster that holds the job's state (its members' client endpoints, tried
   // in order), and `endpoint` is not used.
   std::vector<env::Endpoint> etcd_endpoints;
+  EtcdSecurity etcd_security;  // TLS and authentication towards etcd
   std::string job_id;  // of the control store (the same on every node); etcd: the key prefix's
   std::string secret;  // DDL_JOB_SECRET
   // Set: the launchers admit each other with munge credentials (launcher/coord/munge_auth.h)

@@ -2,12 +2,14 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <algorithm>
+#include <boost/beast/ssl.hpp>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -149,7 +151,6 @@ KeyValue key_value_of(const json& kv) {
   out.create_revision = int64_field(kv, "create_revision");
   out.mod_revision = int64_field(kv, "mod_revision");
   out.version = int64_field(kv, "version");
-  out.lease = int64_field(kv, "lease");
   return out;
 }
 
@@ -171,7 +172,6 @@ json op_json(const Op& op) {
     case Op::Kind::kPut:
       body["key"] = base64_encode(op.key);
       body["value"] = base64_encode(op.value);
-      if (op.lease != 0) body["lease"] = std::to_string(op.lease);
       return json{{"request_put", body}};
     case Op::Kind::kRange:
       set_range(body, op.key, op.prefix);
@@ -187,10 +187,18 @@ json compare_json(const Compare& c) {
   json body = json::object();
   body["key"] = base64_encode(c.key);
   switch (c.result) {
-    case Compare::Result::kEqual: body["result"] = "EQUAL"; break;
-    case Compare::Result::kNotEqual: body["result"] = "NOT_EQUAL"; break;
-    case Compare::Result::kGreater: body["result"] = "GREATER"; break;
-    case Compare::Result::kLess: body["result"] = "LESS"; break;
+    case Compare::Result::kEqual:
+      body["result"] = "EQUAL";
+      break;
+    case Compare::Result::kNotEqual:
+      body["result"] = "NOT_EQUAL";
+      break;
+    case Compare::Result::kGreater:
+      body["result"] = "GREATER";
+      break;
+    case Compare::Result::kLess:
+      body["result"] = "LESS";
+      break;
   }
   switch (c.target) {
     case Compare::Target::kVersion:
@@ -216,7 +224,7 @@ json compare_json(const Compare& c) {
 // gRPC's UNAVAILABLE: the member answers but cannot serve now (no leader, stopping); another
 // member may.
 constexpr int kGrpcUnavailable = 14;
-constexpr int kGrpcNotFound = 5;
+constexpr int kGrpcUnauthenticated = 16;  // etcd: an auth token that expired or is unknown
 
 // A failure of one member (it did not answer, or answered that it cannot serve): the request
 // goes to the next.
@@ -313,12 +321,11 @@ Compare Compare::mod_revision_is(std::string key, std::int64_t revision) {
   return c;
 }
 
-Op Op::put(std::string key, std::string value, std::int64_t lease) {
+Op Op::put(std::string key, std::string value) {
   Op op;
   op.kind = Kind::kPut;
   op.key = std::move(key);
   op.value = std::move(value);
-  op.lease = lease;
   return op;
 }
 
@@ -350,16 +357,77 @@ Op Op::erase_prefix(std::string prefix) {
 
 // --- Impl: connections and requests ------------------------------------------------------------
 
+// One connection to a member: plain TCP, or TLS over it (ClientOptions::tls).
+class Stream {
+ public:
+  Stream(asio::io_context& ioc, asio::ssl::context* tls) {
+    if (tls) {
+      tls_.emplace(ioc, *tls);
+    } else {
+      plain_.emplace(ioc);
+    }
+  }
+  beast::tcp_stream& tcp() { return tls_ ? beast::get_lowest_layer(*tls_) : *plain_; }
+  beast::ssl_stream<beast::tcp_stream>* tls() { return tls_ ? &*tls_ : nullptr; }
+  // Calls `f` with the stream HTTP is spoken on.
+  template <typename F>
+  auto with(F&& f) {
+    if (tls_) return f(*tls_);
+    return f(*plain_);
+  }
+  void close() {
+    beast::error_code ignored;
+    tcp().socket().shutdown(tcp::socket::shutdown_both, ignored);
+    tcp().close();
+  }
+
+ private:
+  std::optional<beast::tcp_stream> plain_;
+  std::optional<beast::ssl_stream<beast::tcp_stream>> tls_;
+};
+
+// The TLS context of ClientOptions::tls: the CA that signs the members' certificates (else the
+// system's), and this client's certificate and key when the members ask for one. Throws
+// EtcdError naming the file that cannot be used.
+std::unique_ptr<asio::ssl::context> tls_context(const TlsOptions& tls) {
+  auto ctx = std::make_unique<asio::ssl::context>(asio::ssl::context::tls_client);
+  auto use = [](const std::string& what, const std::string& file, auto&& load) {
+    beast::error_code ec;
+    load(ec);
+    if (ec) throw EtcdError("cannot use " + what + " '" + file + "': " + ec.message());
+  };
+  ctx->set_verify_mode(asio::ssl::verify_peer);
+  if (!tls.ca_file.empty()) {
+    use("the CA certificate", tls.ca_file,
+        [&](beast::error_code& ec) { ctx->load_verify_file(tls.ca_file, ec); });
+  } else {
+    ctx->set_default_verify_paths();
+  }
+  if (!tls.cert_file.empty()) {
+    use("the client certificate", tls.cert_file,
+        [&](beast::error_code& ec) { ctx->use_certificate_chain_file(tls.cert_file, ec); });
+    use("the client key", tls.key_file, [&](beast::error_code& ec) {
+      ctx->use_private_key_file(tls.key_file, asio::ssl::context::pem, ec);
+    });
+  }
+  return ctx;
+}
+
 struct Client::Impl {
-  explicit Impl(const ClientOptions& o) : options(o), stream(ioc) {}
+  explicit Impl(const ClientOptions& o)
+      : options(o), tls(o.tls.enabled ? tls_context(o.tls) : nullptr) {
+    stream = std::make_unique<Stream>(ioc, tls.get());
+  }
 
   ClientOptions options;
   asio::io_context ioc;
+  std::unique_ptr<asio::ssl::context> tls;
   // The kept-alive connection of requests, to options.endpoints[current] when `connected`.
-  beast::tcp_stream stream;
+  std::unique_ptr<Stream> stream;
   beast::flat_buffer buffer;
   bool connected = false;
   std::size_t current = 0;
+  std::string token;  // etcd's auth token, once authenticated (ClientOptions::user)
 
   // Runs the asynchronous operation `start` begins (given a handler) to completion; the stream's
   // expiry bounds it.
@@ -389,8 +457,10 @@ struct Client::Impl {
     return ec.message();
   }
 
-  // Connects `s` to endpoint `index` (by the deadline set on it). Throws MemberFailure.
-  void connect(beast::tcp_stream& s, std::size_t index) {
+  // Connects `s` to endpoint `index` (by the deadline set on it), with the TLS handshake when
+  // the client speaks TLS. Throws MemberFailure.
+  void connect(Stream& stream, std::size_t index) {
+    beast::tcp_stream& s = stream.tcp();
     const env::Endpoint& e = options.endpoints[index];
     std::vector<tcp::endpoint> addresses;
     beast::error_code ec;
@@ -406,21 +476,36 @@ struct Client::Impl {
     ec = run([&](auto handler) { s.async_connect(addresses, std::move(handler)); });
     if (ec) throw MemberFailure{"cannot connect: " + reason_of(ec)};
     s.socket().set_option(tcp::no_delay(true), ec);
+    if (auto* t = stream.tls()) {
+      // The member's certificate must name the host this client was given.
+      if (!SSL_set_tlsext_host_name(t->native_handle(), e.host.c_str())) {
+        throw MemberFailure{"TLS: cannot set the server name " + e.host};
+      }
+      t->set_verify_callback(asio::ssl::host_name_verification(e.host));
+      ec = run([&](auto handler) {
+        t->async_handshake(asio::ssl::stream_base::client, std::move(handler));
+      });
+      // Not a member that is away: a certificate this client cannot trust, or no TLS there.
+      if (ec) {
+        throw EtcdError("TLS handshake with " + e.str() + " failed: " + reason_of(ec) +
+                        " (is cacert= the CA that signed its certificate, and does it serve "
+                        "https?)");
+      }
+    }
   }
 
   void disconnect() {
-    beast::error_code ignored;
-    stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
-    stream.close();
+    stream->close();
+    stream = std::make_unique<Stream>(ioc, tls.get());  // a TLS stream is not reused
     buffer.consume(buffer.size());
     connected = false;
   }
 
-  static http::request<http::string_body> request_of(const env::Endpoint& e,
-                                                     const std::string& target,
-                                                     const std::string& body) {
+  http::request<http::string_body> request_of(const env::Endpoint& e, const std::string& target,
+                                              const std::string& body) const {
     http::request<http::string_body> request{http::verb::post, target, 11};
     request.set(http::field::host, e.str());
+    if (!token.empty()) request.set(http::field::authorization, token);
     request.set(http::field::content_type, "application/json");
     request.keep_alive(true);
     request.body() = body;
@@ -437,25 +522,29 @@ struct Client::Impl {
     // retried once on a new connection before the member counts as failed.
     for (int attempt = 0;; ++attempt) {
       const bool reused = connected;
-      stream.expires_after(options.request_timeout);
+      stream->tcp().expires_after(options.request_timeout);
       if (!connected) {
-        connect(stream, current);
+        connect(*stream, current);
         connected = true;
       }
       auto request = request_of(e, target, body);
-      beast::error_code ec =
-          run([&](auto handler) { http::async_write(stream, request, std::move(handler)); });
+      beast::error_code ec = stream->with([&](auto& st) {
+        return run([&](auto handler) { http::async_write(st, request, std::move(handler)); });
+      });
       http::response_parser<http::string_body> parser;
       parser.body_limit(std::numeric_limits<std::uint64_t>::max());
       if (!ec) {
-        ec = run([&](auto handler) { http::async_read(stream, buffer, parser, std::move(handler)); });
+        ec = stream->with([&](auto& st) {
+          return run(
+              [&](auto handler) { http::async_read(st, buffer, parser, std::move(handler)); });
+        });
       }
       if (ec) {
         disconnect();
         if (reused && attempt == 0 && ec != beast::error::timeout) continue;
         throw MemberFailure{reason_of(ec)};
       }
-      stream.expires_never();
+      stream->tcp().expires_never();
       auto response = parser.release();
       if (!response.keep_alive()) disconnect();
       json reply;
@@ -522,13 +611,42 @@ struct Client::Impl {
     }
     std::string names;
     for (const auto& t : tried) names += (names.empty() ? "" : ", ") + t;
-    throw EtcdUnreachable("no etcd member answered " + what + " (tried " + names + "); last: " +
-                          last);
+    throw EtcdUnreachable("no etcd member answered " + what + " (tried " + names +
+                          "); last: " + last);
   }
 
   json post(const std::string& target, const json& body) {
     const std::string text = body.dump();
-    return with_failover("POST " + target, [&](std::size_t) { return exchange(target, text); });
+    return with_failover("POST " + target, [&](std::size_t) {
+      authenticate();
+      try {
+        return exchange(target, text);
+      } catch (const ErrorReplyException& e) {
+        // A token that expired (or a member that restarted): authenticate again, once.
+        if (options.user.empty() || e.code != kGrpcUnauthenticated) throw;
+        token.clear();
+        authenticate();
+        return exchange(target, text);
+      }
+    });
+  }
+
+  // With ClientOptions::user: gets an auth token from the current member unless there is one.
+  void authenticate() {
+    if (options.user.empty() || !token.empty()) return;
+    json reply;
+    try {
+      reply = exchange("/v3/auth/authenticate",
+                       json{{"name", options.user}, {"password", options.password}}.dump());
+    } catch (const ErrorReplyException& e) {
+      throw ErrorReplyException("etcd user '" + options.user + "': " + e.what(), e.code);
+    }
+    const auto it = reply.find("token");
+    if (it == reply.end() || !it->is_string() || it->get<std::string>().empty()) {
+      throw EtcdError(options.endpoints[current].str() + " answered the authentication of user '" +
+                      options.user + "' without a token");
+    }
+    token = it->get<std::string>();
   }
 
   // --- watch: a streamed reply on a connection of its own -------------------------------------
@@ -538,15 +656,12 @@ struct Client::Impl {
   WatchResult watch_on(std::size_t index, const std::string& key, bool prefix,
                        std::int64_t& from_revision, Clock::time_point deadline) {
     const env::Endpoint& e = options.endpoints[index];
-    beast::tcp_stream s(ioc);
+    authenticate();
+    Stream s(ioc, tls.get());
     beast::flat_buffer b;
     struct Closer {
-      beast::tcp_stream& s;
-      ~Closer() {
-        beast::error_code ignored;
-        s.socket().shutdown(tcp::socket::shutdown_both, ignored);
-        s.close();
-      }
+      Stream& s;
+      ~Closer() { s.close(); }
     } closer{s};
 
     json create = json::object();
@@ -555,15 +670,18 @@ struct Client::Impl {
     const json body{{"create_request", create}};
 
     // Until the member confirmed the watch: one request_timeout.
-    s.expires_after(options.request_timeout);
+    s.tcp().expires_after(options.request_timeout);
     connect(s, index);
     auto request = request_of(e, "/v3/watch", body.dump());
-    beast::error_code ec =
-        run([&](auto handler) { http::async_write(s, request, std::move(handler)); });
+    beast::error_code ec = s.with([&](auto& st) {
+      return run([&](auto handler) { http::async_write(st, request, std::move(handler)); });
+    });
     if (ec) throw MemberFailure{"watch: " + reason_of(ec)};
     http::response_parser<http::buffer_body> parser;
     parser.body_limit(std::numeric_limits<std::uint64_t>::max());
-    ec = run([&](auto handler) { http::async_read_header(s, b, parser, std::move(handler)); });
+    ec = s.with([&](auto& st) {
+      return run([&](auto handler) { http::async_read_header(st, b, parser, std::move(handler)); });
+    });
     if (ec) throw MemberFailure{"watch: " + reason_of(ec)};
     if (parser.get().result() != http::status::ok) {
       throw EtcdError(e.str() + " answered /v3/watch with HTTP " +
@@ -599,15 +717,14 @@ struct Client::Impl {
             from_revision = header_revision(r) + 1;
             result.next_revision = from_revision;
           }
-          s.expires_at(deadline);
+          s.tcp().expires_at(deadline);
         }
         if (r.value("canceled", false)) {
           const std::int64_t compacted = int64_field(r, "compact_revision");
           if (compacted > 0) {
-            throw EtcdError("watch on '" + key + "' from revision " +
-                            std::to_string(from_revision) +
-                            ": compacted away (the oldest revision kept is " +
-                            std::to_string(compacted) + ")");
+            throw EtcdError(
+                "watch on '" + key + "' from revision " + std::to_string(from_revision) +
+                ": compacted away (the oldest revision kept is " + std::to_string(compacted) + ")");
           }
           throw EtcdError("watch on '" + key + "' canceled by " + e.str() + ": " +
                           r.value("cancel_reason", std::string("no reason given")));
@@ -633,8 +750,11 @@ struct Client::Impl {
       parser.get().body().data = chunk;
       parser.get().body().size = sizeof chunk;
       std::size_t ignored_bytes = 0;
-      ec = run_sized([&](auto handler) { http::async_read_some(s, b, parser, std::move(handler)); },
-                     ignored_bytes);
+      ec = s.with([&](auto& st) {
+        return run_sized(
+            [&](auto handler) { http::async_read_some(st, b, parser, std::move(handler)); },
+            ignored_bytes);
+      });
       if (ec == http::error::need_buffer) ec = {};
       pending.append(chunk, sizeof chunk - parser.get().body().size);
       if (ec == beast::error::timeout && created) return result;  // no event in time
@@ -682,9 +802,8 @@ RangeResult Client::get_prefix(const std::string& prefix) {
   return out;
 }
 
-std::int64_t Client::put(const std::string& key, const std::string& value, std::int64_t lease) {
+std::int64_t Client::put(const std::string& key, const std::string& value) {
   json request{{"key", base64_encode(key)}, {"value", base64_encode(value)}};
-  if (lease != 0) request["lease"] = std::to_string(lease);
   return header_revision(impl_->post("/v3/kv/put", request));
 }
 
@@ -727,30 +846,6 @@ TxnResult Client::txn(const std::vector<Compare>& compares, const std::vector<Op
     out.ranges.push_back(kvs_of(object_field((*responses)[i], "response_range")));
   }
   return out;
-}
-
-std::int64_t Client::grant_lease(std::chrono::seconds ttl) {
-  const json reply =
-      impl_->post("/v3/lease/grant", json{{"TTL", std::to_string(ttl.count())}, {"ID", "0"}});
-  const std::string error = reply.value("error", std::string());
-  if (!error.empty()) throw EtcdError("lease of " + std::to_string(ttl.count()) + " s: " + error);
-  const std::int64_t id = int64_field(reply, "ID");
-  if (id == 0) throw EtcdError("lease grant reply without a lease id: " + reply.dump());
-  return id;
-}
-
-std::int64_t Client::keep_alive(std::int64_t lease) {
-  // A streamed call: one request, one {"result": ...} message, then the reply ends.
-  const json reply = impl_->post("/v3/lease/keepalive", json{{"ID", std::to_string(lease)}});
-  return int64_field(object_field(reply, "result"), "TTL");
-}
-
-void Client::revoke_lease(std::int64_t lease) {
-  try {
-    impl_->post("/v3/lease/revoke", json{{"ID", std::to_string(lease)}});
-  } catch (const Impl::ErrorReplyException& e) {
-    if (e.code != kGrpcNotFound) throw;  // an unknown lease is already gone
-  }
 }
 
 WatchResult Client::watch(const std::string& key, bool prefix, std::int64_t from_revision,

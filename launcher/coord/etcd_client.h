@@ -1,7 +1,7 @@
 // A client of etcd's v3 API through its gRPC gateway (HTTP/1.1 + JSON, `POST /v3/...`), over
-// Boost.Beast: what the etcd control plane (launcher/coord/etcd_control.h) needs of etcd, no
-// more. Keys and values are byte strings (base64 on the wire, as the gateway wants); int64
-// fields travel as JSON strings.
+// Boost.Beast, over TLS when asked and with etcd's user authentication: what the etcd control
+// store (launcher/coord/etcd_control_store.h) needs of etcd, no more. Keys and values are byte
+// strings (base64 on the wire, as the gateway wants); int64 fields travel as JSON strings.
 //
 // Endpoints are the cluster members' client URLs as HOST:PORT, tried in order: a request that
 // cannot reach the current member (refused, reset, no reply within request_timeout) is retried
@@ -18,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "env/contract.h"
@@ -44,7 +45,6 @@ struct KeyValue {
   std::int64_t create_revision = 0;
   std::int64_t mod_revision = 0;
   std::int64_t version = 0;
-  std::int64_t lease = 0;  // 0: none
 };
 
 // One comparison of a transaction (etcd's Compare): the key's version, create or mod revision,
@@ -71,11 +71,10 @@ struct Op {
   enum class Kind { kPut, kRange, kDelete };
   Kind kind = Kind::kPut;
   std::string key;
-  std::string value;        // kPut
-  std::int64_t lease = 0;   // kPut: attach to this lease (0: none)
-  bool prefix = false;      // kRange, kDelete: every key starting with `key`
+  std::string value;    // kPut
+  bool prefix = false;  // kRange, kDelete: every key starting with `key`
 
-  static Op put(std::string key, std::string value, std::int64_t lease = 0);
+  static Op put(std::string key, std::string value);
   static Op get(std::string key);
   static Op get_prefix(std::string prefix);
   static Op erase(std::string key);
@@ -83,7 +82,7 @@ struct Op {
 };
 
 struct TxnResult {
-  bool succeeded = false;   // the compares held: the success ops ran (else the failure ops)
+  bool succeeded = false;  // the compares held: the success ops ran (else the failure ops)
   std::int64_t revision = 0;
   // One entry per kRange op that ran, in order: the keys it found.
   std::vector<std::vector<KeyValue>> ranges;
@@ -107,10 +106,28 @@ struct WatchResult {
   std::int64_t next_revision = 0;
 };
 
+// TLS to the members (etcd's --cert-file/--key-file, and --client-cert-auth for the client's own).
+struct TlsOptions {
+  bool enabled = false;
+  std::string ca_file;    // the CA that signed the members' certificates (empty: the system's)
+  std::string cert_file;  // this client's certificate (PEM), when the members ask for one
+  std::string key_file;   // and its key (PEM)
+};
+
 struct ClientOptions {
+  ClientOptions() = default;
+  ClientOptions(std::vector<env::Endpoint> e, std::chrono::milliseconds timeout)
+      : endpoints(std::move(e)), request_timeout(timeout) {}
+
   std::vector<env::Endpoint> endpoints;  // at least one
   // A request's deadline on one member, connect included, before the next is tried.
   std::chrono::milliseconds request_timeout{2'000};
+  TlsOptions tls;
+  // Not empty: etcd's authentication (etcd's `auth enable`): the client asks the current member
+  // for a token with this user's password and presents it on every request, again when it
+  // expired.
+  std::string user;
+  std::string password;
 };
 
 class Client {
@@ -127,20 +144,12 @@ class Client {
   std::optional<KeyValue> get(const std::string& key);
   RangeResult get_prefix(const std::string& prefix);
   // Returns the revision of the write.
-  std::int64_t put(const std::string& key, const std::string& value, std::int64_t lease = 0);
+  std::int64_t put(const std::string& key, const std::string& value);
   // Returns how many keys were deleted.
   std::int64_t erase(const std::string& key);
   std::int64_t erase_prefix(const std::string& prefix);
   TxnResult txn(const std::vector<Compare>& compares, const std::vector<Op>& success,
                 const std::vector<Op>& failure = {});
-
-  // A lease of `ttl` (etcd rounds it up to its minimum); returns its id.
-  std::int64_t grant_lease(std::chrono::seconds ttl);
-  // Renews the lease; returns its remaining TTL in seconds, 0 or less when it has expired (or
-  // was revoked).
-  std::int64_t keep_alive(std::int64_t lease);
-  // Revokes the lease, deleting every key attached to it. An unknown lease is not an error.
-  void revoke_lease(std::int64_t lease);
 
   // The events on `key` (with `prefix`: on every key starting with it) from revision
   // `from_revision` on, waiting up to `timeout` for the first; returns what arrived by then

@@ -30,7 +30,15 @@ EtcdControlStore::EtcdControlStore(const ControlOptions& options)
   etcd::ClientOptions client_options;
   client_options.endpoints = options_.etcd_endpoints;
   client_options.request_timeout = request_timeout(options_.heartbeat_timeout);
-  client_ = std::make_unique<etcd::Client>(client_options);
+  const EtcdSecurity& sec = options_.etcd_security;
+  client_options.tls = {sec.tls, sec.ca_file, sec.cert_file, sec.key_file};
+  client_options.user = sec.user;
+  client_options.password = sec.password;
+  try {
+    client_ = std::make_unique<etcd::Client>(client_options);
+  } catch (const etcd::EtcdError& e) {
+    throw ControlError(std::string("etcd: ") + e.what());
+  }
   // etcd may still be starting: try until the rendezvous deadline, then say which endpoints.
   const auto deadline = Clock::now() + options_.rendezvous_timeout;
   while (true) {

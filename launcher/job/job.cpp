@@ -178,6 +178,7 @@ ControlOptions control_options_for(const LaunchOptions& options, const NodeTopol
   ControlOptions control_options;
   control_options.endpoint = topology.control;
   control_options.etcd_endpoints = topology.etcd;
+  control_options.etcd_security = options.etcd_security;
   control_options.job_id = control_job_id(caller_job_id);
   if (!topology.etcd.empty()) {
     // The job's keys in etcd are named after the id the user gave (torchrun's --rdzv_id,

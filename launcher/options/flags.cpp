@@ -580,10 +580,15 @@ std::vector<FlagSpec> rendezvous() {
           .group(FlagGroup::kNodes)
           .also_in({Origin::kTorchrun})
           .pet()
-          .help("elastic jobs: last_call_timeout=S, seconds to wait for more nodes once MIN have "
-                "joined (default 30)")
-          .doc("`last_call_timeout=S` only: in an elastic job, seconds to wait for more nodes "
-               "once MIN have joined (default 30); other keys are an error.")
+          .help("last_call_timeout=S (elastic jobs: seconds to wait for more nodes once MIN have "
+                "joined, default 30); etcd: protocol=https, cacert=, cert=, key=, username=, "
+                "password=")
+          .doc("`last_call_timeout=S`: in an elastic job, seconds to wait for more nodes once MIN "
+               "have joined (default 30). With etcd (`--rdzv_backend=etcd|etcd-v2`, "
+               "`--master=etcd://`): `protocol=https` for TLS, `cacert=` (or `ca_cert=`) the CA "
+               "of the members' certificates, `cert=`/`key=` (or `ssl_cert=`/`ssl_cert_key=`) "
+               "this client's certificate and key, `username=` (or `user=`) and `password=` "
+               "for etcd's authentication. Other keys are an error.")
           .done());
   t.push_back(
       Flag("standalone")

@@ -290,7 +290,65 @@ void parse_node_addresses(const GivenFlags& r, LaunchOptions& o) {
   }
 }
 
-// --nnodes=N|MIN:MAX and --rdzv_conf=last_call_timeout=S.
+// --rdzv_conf=KEY=VALUE,...: last_call_timeout=S, and for etcd TLS and authentication in
+// torchrun's spellings (its etcd backend's protocol/cacert/cert/key, its etcd-v2 backend's
+// ca_cert/ssl_cert/ssl_cert_key) and python-etcd's username/password.
+void parse_rdzv_conf(const std::string& v, LaunchOptions& o) {
+  const char* expected =
+      "KEY=VALUE,... with KEY last_call_timeout, protocol, cacert (ca_cert), cert (ssl_cert), "
+      "key (ssl_cert_key), username (user) or password";
+  std::optional<std::string> protocol;
+  EtcdSecurity& sec = o.etcd_security;
+  auto file = [&](const std::string& key, const std::string& path) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec)) {
+      bad_value("rdzv_conf", key + "=" + path, "a readable regular file (PEM)");
+    }
+    return path;
+  };
+  std::size_t start = 0;
+  while (start <= v.size()) {
+    const std::size_t comma = v.find(',', start);
+    const std::string item = v.substr(start, comma == std::string::npos ? comma : comma - start);
+    const std::size_t eq = item.find('=');
+    if (eq == std::string::npos) bad_value("rdzv_conf", v, expected);
+    const std::string key = item.substr(0, eq);
+    const std::string value = item.substr(eq + 1);
+    if (key == "last_call_timeout") {
+      o.last_call_timeout = parse_seconds("rdzv_conf", value, true);
+    } else if (key == "protocol") {
+      if (value != "http" && value != "https") bad_value("rdzv_conf", item, "protocol=http|https");
+      protocol = value;
+    } else if (key == "cacert" || key == "ca_cert") {
+      sec.ca_file = file(key, value);
+    } else if (key == "cert" || key == "ssl_cert") {
+      sec.cert_file = file(key, value);
+    } else if (key == "key" || key == "ssl_cert_key") {
+      sec.key_file = file(key, value);
+    } else if (key == "username" || key == "user") {
+      sec.user = value;
+    } else if (key == "password") {
+      sec.password = value;
+    } else {
+      bad_value("rdzv_conf", v, expected);
+    }
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  const bool files = !sec.ca_file.empty() || !sec.cert_file.empty() || !sec.key_file.empty();
+  if (protocol == "http" && files) {
+    bad_value("rdzv_conf", v, "certificates with protocol=https (or no protocol), not http");
+  }
+  if (sec.cert_file.empty() != sec.key_file.empty()) {
+    bad_value("rdzv_conf", v, "a client certificate and its key together (cert= and key=)");
+  }
+  if (sec.user.empty() != sec.password.empty()) {
+    bad_value("rdzv_conf", v, "username= and password= together");
+  }
+  sec.tls = protocol == "https" || files;
+}
+
+// --nnodes=N|MIN:MAX and --rdzv_conf.
 void parse_node_count(const GivenFlags& r, LaunchOptions& o) {
   if (r.has("nnodes")) {
     const std::string v = r.value("nnodes");
@@ -305,22 +363,7 @@ void parse_node_count(const GivenFlags& r, LaunchOptions& o) {
       o.nnodes = hi;
     }
   }
-  if (r.has("rdzv_conf")) {
-    const std::string v = r.value("rdzv_conf");
-    std::size_t start = 0;
-    while (start <= v.size()) {
-      const std::size_t comma = v.find(',', start);
-      const std::string item = v.substr(start, comma == std::string::npos ? comma : comma - start);
-      const std::size_t eq = item.find('=');
-      const std::string key = item.substr(0, eq);
-      if (eq == std::string::npos || key != "last_call_timeout") {
-        bad_value("rdzv_conf", v, "KEY=VALUE,... with KEY last_call_timeout");
-      }
-      o.last_call_timeout = parse_seconds("rdzv_conf", item.substr(eq + 1), true);
-      if (comma == std::string::npos) break;
-      start = comma + 1;
-    }
-  }
+  if (r.has("rdzv_conf")) parse_rdzv_conf(r.value("rdzv_conf"), o);
 }
 
 // Node 0 in each launcher's spelling: --master_addr/--master_port, --master, --rdzv_endpoint
@@ -857,6 +900,12 @@ LaunchOptions parse_command_line(const CommandLine& command_line, const env::Env
   if (ps.ps_job) resolve_ps_job(r, ps, nproc, o);
   if (ps.ps_job) parse_heter(r, ps, o);
   parse_started_port(r, ps.ps_job, o);
+  if (o.etcd_security.any() && !o.etcd()) {
+    throw OptionsError(
+        "--rdzv_conf's TLS and authentication keys (protocol, cacert, cert, key, username, "
+        "password) are for an etcd control plane (--rdzv_backend=etcd|etcd-v2 or "
+        "--master=etcd://); this job has none");
+  }
   o.use_paddlecloud = r.has("use_paddlecloud");
   if (o.use_paddlecloud && o.etcd()) {
     throw OptionsError(

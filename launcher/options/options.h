@@ -76,6 +76,20 @@ enum class CpuBind {
 // "none", "core", "numa": --bind's values.
 const char* cpu_bind_name(CpuBind bind);
 
+// How the launchers reach an etcd cluster that secures itself (--rdzv_conf, torchrun's keys):
+// TLS (protocol=https; cacert|ca_cert, cert|ssl_cert, key|ssl_cert_key) and etcd's user
+// authentication (username|user, password).
+struct EtcdSecurity {
+  bool tls = false;
+  std::string ca_file;
+  std::string cert_file;
+  std::string key_file;
+  std::string user;
+  std::string password;
+
+  bool any() const { return tls || !user.empty(); }
+};
+
 struct LaunchOptions {
   Dialect dialect = Dialect::kOurs;    // whose flags these are (see Dialect)
   std::vector<int> selected_gpus;      // --selected_gpus / --gpus / --devices; empty: none
@@ -162,6 +176,7 @@ struct LaunchOptions {
   // Elastic jobs: after MIN nodes joined, how long to wait for more before starting
   // (--rdzv_conf last_call_timeout=S, torchrun's spelling and default).
   std::chrono::milliseconds last_call_timeout{30'000};
+  EtcdSecurity etcd_security;  // --rdzv_conf's TLS and authentication keys (etcd only)
   // Names the workers are told (env/contract.h): TORCHELASTIC_RUN_ID (default: the job id),
   // ROLE_NAME, PADDLE_JOB_ID (default "default", as Paddle's).
   std::optional<std::string> rdzv_id;  // --rdzv_id (torchrun)

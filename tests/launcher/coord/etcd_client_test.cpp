@@ -1,7 +1,6 @@
 // The etcd v3 gateway client against a real 3-member etcd cluster the test starts
 // (tests/support/etcd_cluster.h): keys and values (binary too), transactions (create-once, value
-// and mod-revision compares, a CAS counter from two threads, range results), leases (kept alive,
-// expired, revoked), watches (events from another client, the timeout, history, compaction),
+// and mod-revision compares, a CAS counter from two threads, range results), watches (events from another client, the timeout, history, compaction),
 // failover when the member it talks to is killed or silent, and the error when none answers.
 #include "launcher/coord/etcd_client.h"
 
@@ -72,7 +71,6 @@ TEST_F(EtcdClientTest, PutGetPrefixErase) {
   EXPECT_EQ(a->mod_revision, r1);
   EXPECT_EQ(a->create_revision, r1);
   EXPECT_EQ(a->version, 1);
-  EXPECT_EQ(a->lease, 0);
 
   c->put("kv/a", "");  // an empty value is a value (the gateway leaves the field out)
   a = c->get("kv/a");
@@ -188,45 +186,6 @@ TEST_F(EtcdClientTest, CasIncrementsFromTwoThreadsLoseNothing) {
   EXPECT_EQ(first->get("cas/counter")->value, std::to_string(2 * kEach))
       << conflicts << " conflicts";
   first->erase("cas/counter");
-}
-
-TEST_F(EtcdClientTest, LeasesKeptExpiredRevoked) {
-  auto c = client();
-  const std::int64_t kept = c->grant_lease(seconds(2));
-  const std::int64_t dropped = c->grant_lease(seconds(2));
-  const std::int64_t revoked = c->grant_lease(seconds(30));
-  EXPECT_NE(kept, dropped);
-  c->put("lease/kept", "k", kept);
-  c->put("lease/dropped", "d", dropped);
-  c->put("lease/revoked/1", "r", revoked);
-  c->put("lease/revoked/2", "r", revoked);
-  EXPECT_EQ(c->get("lease/kept")->lease, kept);
-
-  c->revoke_lease(revoked);
-  EXPECT_FALSE(c->get("lease/revoked/1").has_value());
-  EXPECT_FALSE(c->get("lease/revoked/2").has_value());
-  EXPECT_LE(c->keep_alive(revoked), 0);
-  c->revoke_lease(revoked);  // unknown by now: not an error
-
-  // The dropped lease expires (after 2 s and the leader's check) while the kept one lives on.
-  const auto start = std::chrono::steady_clock::now();
-  bool expired = false;
-  while (std::chrono::steady_clock::now() - start < seconds(8)) {
-    EXPECT_GT(c->keep_alive(kept), 0);
-    if (!c->get("lease/dropped")) {
-      expired = true;
-      break;
-    }
-    std::this_thread::sleep_for(milliseconds(300));
-  }
-  EXPECT_TRUE(expired) << "the key of a lease nobody kept alive is still there after 8 s";
-  EXPECT_GE(testing::elapsed_ms(start), 1'500);
-  EXPECT_LE(c->keep_alive(dropped), 0);
-  std::this_thread::sleep_for(milliseconds(1'000));
-  EXPECT_GT(c->keep_alive(kept), 0);
-  ASSERT_TRUE(c->get("lease/kept").has_value());
-  c->revoke_lease(kept);
-  EXPECT_FALSE(c->get("lease/kept").has_value());
 }
 
 TEST_F(EtcdClientTest, WatchSeesPutsAndDeletesOfAnotherClient) {
