@@ -40,7 +40,7 @@ std::string log_of(const Process& p, const std::string& without) {
 
 }  // namespace
 
-std::string seconds_text(std::chrono::milliseconds ms) {
+std::string flag_seconds_text(std::chrono::milliseconds ms) {
   std::ostringstream os;
   os << static_cast<double>(ms.count()) / 1000.0;
   return os.str();
@@ -95,7 +95,8 @@ std::string describe_hang(const WorkerGroup& group, std::chrono::milliseconds ha
     if (p->running && p->role != env::Role::kTrainer) only_trainers = false;
   }
   std::ostringstream os;
-  os << "hang guard: no output from any rank for " << seconds_text(hang_timeout) << " s; silent: ";
+  os << "hang guard: no output from any rank for " << flag_seconds_text(hang_timeout)
+     << " s; silent: ";
   if (only_trainers) os << "rank" << (group.running() > 1 ? "s " : " ");
   bool first = true;
   for (const auto& p : group.processes()) {

@@ -22,14 +22,15 @@
 // - each process has PR_SET_PDEATHSIG=SIGKILL, so a SIGKILLed launcher takes its processes along,
 //   and a watchdog process (launcher/supervise/watchdog.h) then SIGKILLs their process groups;
 // - when the last process of a generation is reaped, whatever is left in the groups is SIGKILLed;
-// - servers after the trainers (launcher/supervise/roles.h): once every trainer of a generation has exited 0, servers (and
-//   heter workers) still running are stopped like above and the generation still succeeds, as
-//   Paddle's launchers end their servers once the trainers are done. Without server_grace they
-//   are stopped at once with Paddle's lines ("all workers exit, going to finish parameter
-//   server", then "all parameter server are killed" once they are gone); with it they first get
-//   server_grace to exit by themselves (the hang guard is off meanwhile), then one line of ours.
-//   Only on a node that runs trainers: a node of servers alone waits for them to exit. Servers
-//   that exit 0 while trainers run end nothing: the trainers decide;
+// - servers after the trainers (launcher/supervise/roles.h): once every trainer of a generation
+//   has exited 0, servers (and heter workers) still running are stopped like above and the
+//   generation still succeeds, as Paddle's launchers end their servers once the trainers are
+//   done. Without server_grace they are stopped at once with Paddle's lines ("all workers exit,
+//   going to finish parameter server", then "all parameter server are killed" once they are
+//   gone); with it they first get server_grace to exit by themselves (the hang guard is off
+//   meanwhile), then one line of ours. Only on a node that runs trainers: a node of servers alone
+//   waits for them to exit. Servers that exit 0 while trainers run end nothing: the trainers
+//   decide;
 // - the run report and the stack dumps (SupervisorOptions::report, dump_stacks) watch the job as
 //   observers (launcher/supervise/observers.h); how it ended is one Outcome (outcome.h).
 // Single-threaded (one Boost.Asio io_context); call from the main thread, one job at a time.
