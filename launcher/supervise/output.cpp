@@ -6,6 +6,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 #include <utility>
 
 #include "launcher/supervise/supervisor_error.h"
@@ -89,6 +91,40 @@ void ProcessOutput::emit_line() {
   if (sink_) sink_(line);
   tail_.push_back(std::move(line));
   if (static_cast<int>(tail_.size()) > kSummaryTailLines) tail_.pop_front();
+}
+
+JobOutputs::JobOutputs(Options options, int console_fd,
+                       std::function<void(const std::string&, const std::string&)> on_line)
+    : options_(std::move(options)), console_(console_fd), on_line_(std::move(on_line)) {}
+
+void JobOutputs::create_log_dir() const {
+  if (!options_.log_dir) return;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(*options_.log_dir, ec);
+  if (ec || !fs::is_directory(*options_.log_dir)) {
+    throw SupervisorError("cannot create --log_dir '" + *options_.log_dir + "': " +
+                          (ec ? ec.message() : std::string("exists and is not a directory")));
+  }
+}
+
+ProcessOutput& JobOutputs::of(const Worker& w) {
+  auto& slot = outputs_[w.log_name()];
+  if (slot) return *slot;
+  const std::string prefix = "[" + w.name() + "] ";
+  if (options_.log_dir) {
+    const bool echo =
+        w.echo.value_or(w.role == env::Role::kTrainer && w.index == 0) && !options_.quiet;
+    slot = std::make_unique<ProcessOutput>(
+        w.name(), (std::filesystem::path(*options_.log_dir) / w.log_name()).string(), echo,
+        w.prefix_echo ? prefix : "", console_, options_.append_logs);
+  } else {
+    slot = std::make_unique<ProcessOutput>(w.name(), "", w.echo.value_or(true), prefix, console_);
+  }
+  if (on_line_) {
+    slot->on_line([this, name = w.name()](const std::string& line) { on_line_(name, line); });
+  }
+  return *slot;
 }
 
 }  // namespace ddl::launcher

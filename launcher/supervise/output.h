@@ -10,7 +10,12 @@
 #include <cstddef>
 #include <deque>
 #include <functional>
+#include <map>
+#include <memory>
+#include <optional>
 #include <string>
+
+#include "launcher/supervise/worker.h"
 
 namespace ddl::launcher {
 
@@ -82,6 +87,39 @@ class ProcessOutput {
   std::string partial_;
   std::deque<std::string> tail_;
   std::function<void(const std::string&)> sink_;
+};
+
+// The outputs of one job's workers on one console, by log file name, each opened on first use and
+// kept for the whole job: a log file keeps its name even when an elastic restart gives it to
+// another process. With a log dir a worker's lines go to its log file and, when it echoes (unless
+// Worker::echo says otherwise: trainer 0 only; never when quiet), to the console, behind
+// "[rank N] " when Worker::prefix_echo; without one every line goes to the console behind
+// "[rank N] " unless Worker::echo is false. Not copyable; not thread-safe.
+class JobOutputs {
+ public:
+  struct Options {
+    std::optional<std::string> log_dir;  // created by create_log_dir()
+    bool append_logs = false;            // open the log files for appending, not truncated
+    bool quiet = false;
+  };
+  // `console_fd`: the launcher's console (its stdout). `on_line(name, line)` gets every whole
+  // line of every output (ProcessOutput::on_line); may be empty.
+  JobOutputs(Options options, int console_fd,
+             std::function<void(const std::string&, const std::string&)> on_line);
+  JobOutputs(const JobOutputs&) = delete;
+  JobOutputs& operator=(const JobOutputs&) = delete;
+
+  // Creates the log dir if missing; throws SupervisorError when it cannot be (or is a file).
+  void create_log_dir() const;
+  // The output of the worker named by `w`'s role and index (its log name); throws
+  // SupervisorError when its log file cannot be opened.
+  ProcessOutput& of(const Worker& w);
+
+ private:
+  Options options_;
+  Console console_;
+  std::function<void(const std::string&, const std::string&)> on_line_;
+  std::map<std::string, std::unique_ptr<ProcessOutput>> outputs_;
 };
 
 }  // namespace ddl::launcher

@@ -22,14 +22,17 @@
 // - each process has PR_SET_PDEATHSIG=SIGKILL, so a SIGKILLed launcher takes its processes along,
 //   and a watchdog process (launcher/supervise/watchdog.h) then SIGKILLs their process groups;
 // - when the last process of a generation is reaped, whatever is left in the groups is SIGKILLed;
-// - servers after the trainers: once every trainer of a generation has exited 0, servers (and
-//   heter workers) still running are stopped like above and the generation still succeeds, as
-//   Paddle's launchers end their servers once the trainers are done. Without server_grace they
-//   are stopped at once with Paddle's lines ("all workers exit, going to finish parameter
-//   server", then "all parameter server are killed" once they are gone); with it they first get
-//   server_grace to exit by themselves (the hang guard is off meanwhile), then one line of ours.
-//   Only on a node that runs trainers: a node of servers alone waits for them to exit. Servers
-//   that exit 0 while trainers run end nothing: the trainers decide.
+// - servers after the trainers (launcher/supervise/roles.h): once every trainer of a generation
+//   has exited 0, servers (and heter workers) still running are stopped like above and the
+//   generation still succeeds, as Paddle's launchers end their servers once the trainers are
+//   done. Without server_grace they are stopped at once with Paddle's lines ("all workers exit,
+//   going to finish parameter server", then "all parameter server are killed" once they are
+//   gone); with it they first get server_grace to exit by themselves (the hang guard is off
+//   meanwhile), then one line of ours. Only on a node that runs trainers: a node of servers alone
+//   waits for them to exit. Servers that exit 0 while trainers run end nothing: the trainers
+//   decide;
+// - the run report and the stack dumps (SupervisorOptions::report, dump_stacks) watch the job as
+//   observers (launcher/supervise/observers.h); how it ended is one Outcome (outcome.h).
 // Single-threaded (one Boost.Asio io_context); call from the main thread, one job at a time.
 #pragma once
 
@@ -44,6 +47,7 @@
 #include "env/contract.h"
 #include "launcher/cluster/generation.h"
 #include "launcher/supervise/exit_status.h"
+#include "launcher/supervise/outcome.h"
 #include "launcher/supervise/output.h"
 #include "launcher/supervise/peers.h"
 #include "launcher/supervise/restart_policy.h"
@@ -105,12 +109,10 @@ struct JobOutcome {
   // 128+signal when the launcher was interrupted (a failure seen before the interrupt wins), 1
   // when a process could not be started, the external stop's code.
   int exit_code = 0;
-  JobState state = JobState::kRunning;       // of the last generation
-  std::optional<int> failed_rank;            // the last generation's first failed trainer, if any
-  std::string failed_process;                // ... its name, a server's too ("server 1"); or empty
-  std::optional<int> interrupt_signal;       // the signal that stopped the launcher, if any
-  std::optional<std::string> external_stop;  // the reason, when ExternalStop ended the job
-  int restarts = 0;                          // how many times the processes were started again
+  // How the last generation ended (outcome.h): ok(), or its failure (with the process named as
+  // its cause, the first failure by time) and the stop that ended the job, if any.
+  Outcome last;
+  int restarts = 0;         // how many times the processes were started again
   int servers_stopped = 0;  // servers of the last generation stopped after its trainers finished
 };
 

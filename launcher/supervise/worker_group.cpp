@@ -27,6 +27,7 @@
 #include "env/exit_codes.h"
 #include "launcher/supervise/error_file.h"
 #include "launcher/supervise/exit_status.h"
+#include "launcher/supervise/supervisor_error.h"
 
 namespace ddl::launcher {
 
@@ -93,6 +94,22 @@ void WorkerGroup::rename(std::size_t i, const Worker& worker, ProcessOutput& out
   p.index = worker.index;
   p.name = worker.name();
   p.output = &output;
+}
+
+void WorkerGroup::check_restart(const std::vector<Worker>& workers, int restart,
+                                bool indices_may_change) const {
+  if (workers.size() != processes_.size()) {
+    throw SupervisorError("restart " + std::to_string(restart) + " has " +
+                          std::to_string(workers.size()) + " worker(s), the job had " +
+                          std::to_string(processes_.size()));
+  }
+  for (std::size_t i = 0; i < workers.size(); ++i) {
+    const bool same_role = workers[i].role == processes_[i]->role;
+    if (!same_role || (workers[i].index != processes_[i]->index && !indices_may_change)) {
+      throw SupervisorError("restart " + std::to_string(restart) + " starts " + workers[i].name() +
+                            " where the job had " + processes_[i]->name);
+    }
+  }
 }
 
 void WorkerGroup::begin_generation() {

@@ -97,6 +97,11 @@ class WorkerGroup {
   // kDrainTimeout to reach EOF; those still open then are closed with a warning.
   void finish();
 
+  // Throws SupervisorError unless `workers` (restart number `restart`) are this group's, in its
+  // order: same roles, same indices unless `indices_may_change`.
+  void check_restart(const std::vector<Worker>& workers, int restart,
+                     bool indices_may_change) const;
+
   // Processes not reaped yet.
   int running() const;
   // True when every pipe of this generation reached EOF or was closed.

@@ -9,16 +9,22 @@
 namespace ddl::launcher {
 namespace {
 
-GenerationEnd ended(int generation, JobState state, std::optional<int> failure = std::nullopt) {
-  GenerationEnd end;
-  end.generation = Generation(generation);
-  end.state = state;
-  end.failure_exit_code = failure;
-  return end;
+Failure worker_failed(int exit_code) {
+  Failure f;
+  f.kind = Failure::Kind::kWorker;
+  f.exit_code = exit_code;
+  f.what = "rank 1 exited with code " + std::to_string(exit_code);
+  return f;
+}
+
+Outcome failed(const Failure& failure) {
+  Outcome o;
+  o.fail(failure);
+  return o;
 }
 
 TEST(RestartPolicy, SuccessStopsWithZero) {
-  const RestartDecision d = RestartPolicy(3).decide(ended(0, JobState::kRunning));
+  const RestartDecision d = RestartPolicy(3).decide(Generation(0), Outcome());
   EXPECT_FALSE(d.restart());
   EXPECT_EQ(d.exit_code, 0);
   EXPECT_TRUE(d.vetoed_by.empty());
@@ -27,82 +33,79 @@ TEST(RestartPolicy, SuccessStopsWithZero) {
 TEST(RestartPolicy, WorkerFailureRestartsUntilMaxRestarts) {
   const RestartPolicy policy(2);
   for (int g : {0, 1}) {
-    const RestartDecision d = policy.decide(ended(g, JobState::kWorkerFailed, 3));
+    const RestartDecision d = policy.decide(Generation(g), failed(worker_failed(3)));
     ASSERT_TRUE(d.restart()) << "generation " << g;
     EXPECT_EQ(d.next, Generation(g + 1));
   }
-  const RestartDecision last = policy.decide(ended(2, JobState::kWorkerFailed, 3));
+  const RestartDecision last = policy.decide(Generation(2), failed(worker_failed(3)));
   EXPECT_FALSE(last.restart()) << "two restarts done";
   EXPECT_EQ(last.exit_code, 3) << "the failed worker's code";
   EXPECT_TRUE(last.vetoed_by.empty());
-  EXPECT_FALSE(RestartPolicy(0).decide(ended(0, JobState::kWorkerFailed, 137)).restart());
-  EXPECT_EQ(RestartPolicy(0).decide(ended(0, JobState::kWorkerFailed, 137)).exit_code, 137);
+  EXPECT_FALSE(RestartPolicy(0).decide(Generation(0), failed(worker_failed(137))).restart());
+  EXPECT_EQ(RestartPolicy(0).decide(Generation(0), failed(worker_failed(137))).exit_code, 137);
 }
 
-TEST(RestartPolicy, HangIsAFailureLikeAnyOther) {
-  EXPECT_TRUE(RestartPolicy(1).decide(ended(0, JobState::kHung, kExitDeadline)).restart());
-  const RestartDecision d = RestartPolicy(1).decide(ended(1, JobState::kHung, kExitDeadline));
+TEST(RestartPolicy, HangAndPeerFailuresAreFailuresLikeAnyOther) {
+  const Outcome hung = failed(Failure::hang("hang guard: ..."));
+  EXPECT_TRUE(RestartPolicy(1).decide(Generation(0), hung).restart());
+  const RestartDecision d = RestartPolicy(1).decide(Generation(1), hung);
   EXPECT_FALSE(d.restart());
   EXPECT_EQ(d.exit_code, kExitDeadline);
+
+  const Outcome peer = failed(Failure::peer(7, "generation 0 failed on node 1: rank 3 ..."));
+  EXPECT_TRUE(RestartPolicy(1).decide(Generation(0), peer).restart());
+  EXPECT_EQ(RestartPolicy(0).decide(Generation(0), peer).exit_code, 7) << "the other node's code";
 }
 
 TEST(RestartPolicy, InterruptNeverRestarts) {
-  GenerationEnd plain = ended(0, JobState::kInterrupted);
-  plain.interrupt_signal = SIGTERM;
-  const RestartDecision d = RestartPolicy(5).decide(plain);
+  Outcome plain;
+  plain.stop(Stop::interrupted(SIGTERM));
+  const RestartDecision d = RestartPolicy(5).decide(Generation(0), plain);
   EXPECT_FALSE(d.restart());
   EXPECT_EQ(d.exit_code, 128 + SIGTERM);
   EXPECT_TRUE(d.vetoed_by.empty()) << "nothing to restart";
 
   // A signal while a failed generation is being stopped: the failure names the code, the signal
   // rules out the restart that was due.
-  GenerationEnd after_failure = ended(0, JobState::kInterrupted, 5);
-  after_failure.interrupt_signal = SIGINT;
-  const RestartDecision v = RestartPolicy(5).decide(after_failure);
+  Outcome after_failure = failed(worker_failed(5));
+  after_failure.stop(Stop::interrupted(SIGINT));
+  const RestartDecision v = RestartPolicy(5).decide(Generation(0), after_failure);
   EXPECT_FALSE(v.restart());
   EXPECT_EQ(v.exit_code, 5);
   EXPECT_EQ(v.vetoed_by, "the launcher was stopped by SIGINT");
 }
 
 TEST(RestartPolicy, ExternalStopNeverRestarts) {
-  GenerationEnd end = ended(0, JobState::kStoppedExternally);
-  end.external_exit_code = 137;
-  end.external_reason = "node 1 failed first (...)";
-  const RestartDecision d = RestartPolicy(5).decide(end);
+  Outcome stopped;
+  stopped.stop(Stop::external(137, "node 1 failed first (...)"));
+  const RestartDecision d = RestartPolicy(5).decide(Generation(0), stopped);
   EXPECT_FALSE(d.restart());
   EXPECT_EQ(d.exit_code, 137) << "the other node's code";
 
-  end.failure_exit_code = 3;
-  const RestartDecision v = RestartPolicy(5).decide(end);
+  Outcome after_failure = failed(worker_failed(3));
+  after_failure.stop(Stop::external(137, "node 1 failed first (...)"));
+  const RestartDecision v = RestartPolicy(5).decide(Generation(0), after_failure);
   EXPECT_FALSE(v.restart());
   EXPECT_EQ(v.exit_code, 3) << "this node's own failure came first";
   EXPECT_EQ(v.vetoed_by, "node 1 failed first (...)");
 
-  end.interrupt_signal = SIGHUP;
-  end.failure_exit_code.reset();
-  end.state = JobState::kInterrupted;
-  EXPECT_EQ(RestartPolicy(5).decide(end).exit_code, 128 + SIGHUP) << "a signal beats the request";
+  stopped.stop(Stop::interrupted(SIGHUP));
+  EXPECT_EQ(RestartPolicy(5).decide(Generation(0), stopped).exit_code, 128 + SIGHUP)
+      << "a signal beats the request";
 }
 
 TEST(RestartPolicy, SpawnFailureNeverRestarts) {
-  const RestartDecision d = RestartPolicy(5).decide(ended(0, JobState::kSpawnFailed));
+  Outcome spawn;
+  spawn.stop(Stop::spawn_failed("could not start rank 0: No such file or directory"));
+  const RestartDecision d = RestartPolicy(5).decide(Generation(0), spawn);
   EXPECT_FALSE(d.restart());
   EXPECT_EQ(d.exit_code, kExitError);
   // A restart that could not be prepared ends the job with the failure that asked for it.
-  const RestartDecision after = RestartPolicy(5).decide(ended(1, JobState::kSpawnFailed, 9));
-  EXPECT_FALSE(after.restart());
-  EXPECT_EQ(after.exit_code, 9);
-}
-
-TEST(RestartPolicy, StatesOverrideInOrder) {
-  EXPECT_TRUE(overrides(JobState::kWorkerFailed, JobState::kRunning));
-  EXPECT_FALSE(overrides(JobState::kHung, JobState::kWorkerFailed)) << "the first failure stays";
-  EXPECT_FALSE(overrides(JobState::kWorkerFailed, JobState::kHung));
-  EXPECT_TRUE(overrides(JobState::kStoppedExternally, JobState::kHung));
-  EXPECT_TRUE(overrides(JobState::kSpawnFailed, JobState::kStoppedExternally));
-  EXPECT_TRUE(overrides(JobState::kInterrupted, JobState::kSpawnFailed));
-  EXPECT_FALSE(overrides(JobState::kRunning, JobState::kInterrupted));
-  EXPECT_EQ(state_name(JobState::kStoppedExternally), "stopped externally");
+  Outcome after = failed(worker_failed(9));
+  after.stop(Stop::spawn_failed("could not prepare restart 2: ..."));
+  const RestartDecision a = RestartPolicy(5).decide(Generation(1), after);
+  EXPECT_FALSE(a.restart());
+  EXPECT_EQ(a.exit_code, 9);
 }
 
 TEST(RestartPolicy, NegativeMaxRestartsIsRefused) {

@@ -110,7 +110,7 @@ TEST(SupervisorRoles, LogFilesAndEnvironmentFollowTheRole) {
   o.server_grace = milliseconds(20'000);
   const JobOutcome outcome = supervise(launches, o);
   EXPECT_EQ(outcome.exit_code, 0);
-  EXPECT_EQ(outcome.state, JobState::kRunning);
+  EXPECT_TRUE(outcome.last.ok());
   const std::string logs = dir.file("logs");
   EXPECT_EQ(entries(logs),
             (std::set<std::string>{"serverlog.0", "serverlog.1", "workerlog.0", "workerlog.1"}));
@@ -147,9 +147,10 @@ TEST(SupervisorRoles, AFailingServerIsNamedInTheSummary) {
   const JobOutcome outcome = supervise(launches, o);
   EXPECT_LT(Clock::now() - started, milliseconds(8000)) << "the others are stopped at once";
   EXPECT_EQ(outcome.exit_code, 4);
-  EXPECT_EQ(outcome.state, JobState::kWorkerFailed);
-  EXPECT_EQ(outcome.failed_process, "server 1");
-  EXPECT_FALSE(outcome.failed_rank) << "a server has no rank";
+  EXPECT_TRUE(outcome.last.failed(Failure::Kind::kWorker));
+  ASSERT_TRUE(outcome.last.failure());
+  EXPECT_EQ(outcome.last.failure()->process_name, "server 1");
+  EXPECT_FALSE(outcome.last.failure()->rank) << "a server has no rank";
   ASSERT_EQ(notices.size(), 1u);
   EXPECT_EQ(notices[0].what, "server 1 exited with code 4");
   EXPECT_FALSE(notices[0].rank);
@@ -192,7 +193,7 @@ TEST(SupervisorRoles, HangGuardNamesEachSilentProcess) {
   o.hang_timeout = milliseconds(500);
   const JobOutcome outcome = supervise(launches, o);
   EXPECT_EQ(outcome.exit_code, kExitDeadline);
-  EXPECT_EQ(outcome.state, JobState::kHung);
+  EXPECT_TRUE(outcome.last.failed(Failure::Kind::kHang));
   const std::string text = log.str();
   EXPECT_TRUE(contains(text, "silent: server 0 (0.")) << text;
   EXPECT_TRUE(contains(text, ", rank 1 (0.")) << text;
@@ -248,7 +249,7 @@ TEST(SupervisorRoles, ARestartThatChangesTheRolesIsRefused) {
   o.restart_policy = RestartPolicy(3);
   const JobOutcome outcome = supervise(factory, o);
   EXPECT_EQ(outcome.exit_code, 6) << "the failure that asked for the restart";
-  EXPECT_EQ(outcome.state, JobState::kSpawnFailed);
+  EXPECT_TRUE(outcome.last.stopped(Stop::Kind::kSpawnFailed));
   EXPECT_EQ(outcome.restarts, 0);
   EXPECT_TRUE(contains(log.str(),
                        "could not prepare restart 1: restart 1 starts rank 0 where the "
@@ -294,7 +295,7 @@ TEST(SupervisorServerGrace, HangGuardIsOffWhileTheServersHaveTheirGrace) {
   const auto start = Clock::now();
   const JobOutcome outcome = supervise(launches, o);
   EXPECT_EQ(outcome.exit_code, 0) << log.str();
-  EXPECT_EQ(outcome.state, JobState::kRunning);
+  EXPECT_TRUE(outcome.last.ok());
   EXPECT_EQ(outcome.servers_stopped, 2);
   EXPECT_GE(Clock::now() - start, milliseconds(950));
   EXPECT_FALSE(contains(log.str(), "hang guard")) << log.str();
@@ -341,7 +342,8 @@ TEST(SupervisorServerGrace, AServerFailingDuringTheGraceFailsTheJob) {
   o.server_grace = milliseconds(5000);
   const JobOutcome outcome = supervise(launches, o);
   EXPECT_EQ(outcome.exit_code, 6) << log.str();
-  EXPECT_EQ(outcome.failed_process, "server 1");
+  ASSERT_TRUE(outcome.last.failure());
+  EXPECT_EQ(outcome.last.failure()->process_name, "server 1");
   EXPECT_EQ(outcome.servers_stopped, 0);
   EXPECT_FALSE(contains(log.str(), "stopping them")) << log.str();
 }
@@ -386,8 +388,9 @@ TEST(SupervisorFailures, TheFirstFailureByTimeIsNamedNotItsEchoOnAnotherRank) {
   SupervisorOptions o = options_with_logs(dir);
   o.kill_timeout = milliseconds(5000);  // rank 0 ends by itself, well before the SIGKILL
   const JobOutcome outcome = supervise(launches, o);
-  EXPECT_EQ(outcome.failed_rank, 0);
-  EXPECT_EQ(outcome.failed_process, "rank 0");
+  ASSERT_TRUE(outcome.last.failure());
+  EXPECT_EQ(outcome.last.failure()->rank, 0);
+  EXPECT_EQ(outcome.last.failure()->process_name, "rank 0");
   const std::string text = log.str();
   EXPECT_TRUE(contains(text, "job failed: rank 0 (pid ")) << text;
   EXPECT_TRUE(contains(text, "checkpoint failed: Too many open files")) << text;
