@@ -1,5 +1,6 @@
 #include "launcher/cluster/topology.h"
 
+#include "env/host.h"
 #include "env/scheduler.h"
 #include "env/slurm.h"
 #include "env/text.h"
@@ -109,7 +110,7 @@ NodeTopology resolve_topology(const LaunchOptions& o, const env::EnvMap& env) {
     t.node_rank = mpi->rank;
     std::string host = kDefaultNodeIp;
     if (auto addr = env::lookup(env, env::kMasterAddr); addr && !addr->empty()) {
-      host = *addr;
+      host = env::check_host(*addr, env::kMasterAddr, *addr);
     } else if (!mpi->one_host()) {
       throw PlanError(t.source + " spans machines (" + env::kOmpiLocalSize + "=" +
                       std::to_string(mpi->local_size) + ") but " + env::kMasterAddr +

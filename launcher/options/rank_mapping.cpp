@@ -7,6 +7,7 @@
 #include <map>
 #include <sstream>
 
+#include "env/host.h"
 #include "launcher/options/options.h"
 
 namespace ddl::launcher {
@@ -29,8 +30,8 @@ RankMapping::Node parse_node(const json& entry, std::size_t i, const std::string
   }
   RankMapping::Node node;
   node.host = ip->get<std::string>();
-  if (!is_valid_host(node.host)) {
-    bad(source, where + ".ip '" + node.host + "' is not an IPv4 address or host name");
+  if (!env::is_valid_host(node.host)) {
+    bad(source, where + ".ip '" + node.host + "' is not " + std::string(env::kHostRule));
   }
   const auto ranks = entry.find("ranks");
   if (ranks == entry.end() || !ranks->is_array() || ranks->empty()) {

@@ -76,6 +76,13 @@ TEST(RankMapping, UnreadableFileIsAUsageError) {
   }
 }
 
+TEST(RankMapping, AHostThatIsNoHostIsRefused) {
+  const std::string error = mapping_error(R"js({"ip_ranks": [{"ip": "$(id)", "ranks": [0]}]})js");
+  EXPECT_NE(error.find("ip_ranks[0].ip '$(id)' is not an IPv4 address or host name"),
+            std::string::npos)
+      << error;
+}
+
 class RankMappingFlags : public ::testing::Test {
  protected:
   std::string write(const std::string& text) {
