@@ -490,7 +490,9 @@ std::vector<FlagSpec> nodes() {
                "{\"ip\": \"10.0.0.2\", \"ranks\": [2, 3, 4]}]}`. The nodes are the job's nodes "
                "in order (`--cluster_node_ips` is not used); a node's ranks are its workers in "
                "local rank order, the i-th on device i (or the i-th of `--selected_gpus`). The "
-               "ranks must be 0..N-1, each once. See [multi-node.md](multi-node.md#rank-mapping).")
+               "ranks must be 0..N-1, each once. It must be a regular file of at most 1 MiB (a "
+               "FIFO, a device or a larger file is refused). See "
+               "[multi-node.md](multi-node.md#rank-mapping).")
           .config(
               [](const LaunchOptions& o) { return std::optional(or_none(o.rank_mapping_file)); })
           .done());
@@ -625,7 +627,9 @@ std::vector<FlagSpec> rendezvous() {
           .default_is("default")
           .help("the job's name, given to workers as PADDLE_JOB_ID")
           .doc("given to the workers as `PADDLE_JOB_ID`. It does not name launch's store job: "
-               "that is `DDL_JOB_ID`.")
+               "that is `DDL_JOB_ID`. In Paddle 2.x's log folder it names launch's own log, "
+               "`<job_id>.<pod>.log`, with every character outside `[A-Za-z0-9._-]` (and a "
+               "leading `.`) written `_`, so that the file stays in the folder.")
           .config(
               [](const LaunchOptions& o) { return std::optional(o.job_id.value_or("default")); })
           .done());
