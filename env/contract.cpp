@@ -6,6 +6,8 @@
 #include <charconv>
 #include <sstream>
 
+#include "env/host.h"
+
 extern char** environ;
 
 namespace ddl::env {
@@ -63,21 +65,35 @@ int parse_non_negative_int(std::string_view text, std::string_view what) {
   return value;
 }
 
-Endpoint parse_endpoint(std::string_view text, std::string_view what) {
-  std::size_t colon = text.rfind(':');
+namespace {
+
+// What is wrong with `text` as host:port ("" when nothing is; `out` is then the endpoint).
+std::string endpoint_problem(std::string_view text, Endpoint& out) {
+  const std::size_t colon = text.rfind(':');
   if (colon == std::string_view::npos || colon == 0 || colon + 1 == text.size()) {
-    fail(what, text, "expected host:port");
+    return "expected host:port";
   }
-  std::string_view host = text.substr(0, colon);
-  std::string_view port_text = text.substr(colon + 1);
-  if (host.find_first_of(" \t,") != std::string_view::npos) fail(what, text, "bad host in host:port");
+  const std::string_view host = text.substr(0, colon);
+  const std::string_view port_text = text.substr(colon + 1);
+  if (!is_valid_host(host)) return quote(host) + " is not " + std::string(kHostRule);
   int port = 0;
   const char* end = port_text.data() + port_text.size();
   auto [ptr, ec] = std::from_chars(port_text.data(), end, port);
   if (ec != std::errc() || ptr != end || port < 1 || port > 65535 || port_text[0] == '+') {
-    fail(what, text, "expected a port between 1 and 65535 in host:port");
+    return "expected a port between 1 and 65535 in host:port";
   }
-  return Endpoint{std::string(host), static_cast<std::uint16_t>(port)};
+  out = Endpoint{std::string(host), static_cast<std::uint16_t>(port)};
+  return "";
+}
+
+}  // namespace
+
+Endpoint parse_endpoint(std::string_view text, std::string_view what) {
+  Endpoint e;
+  if (const std::string problem = endpoint_problem(text, e); !problem.empty()) {
+    fail(what, text, problem);
+  }
+  return e;
 }
 
 std::vector<Endpoint> parse_endpoint_list(std::string_view text, std::string_view what) {
@@ -85,11 +101,11 @@ std::vector<Endpoint> parse_endpoint_list(std::string_view text, std::string_vie
   std::vector<Endpoint> out;
   for (std::string_view part : split(text, ',')) {
     if (part.empty()) fail(what, text, "empty entry in the endpoint list");
-    try {
-      out.push_back(parse_endpoint(part, what));
-    } catch (const EnvError&) {
-      fail(what, text, "entry " + quote(part) + " is not host:port with a port in 1..65535");
+    Endpoint e;
+    if (const std::string problem = endpoint_problem(part, e); !problem.empty()) {
+      fail(what, text, "entry " + quote(part) + ": " + problem);
     }
+    out.push_back(std::move(e));
   }
   return out;
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "env/host.h"
 #include "env/slurm.h"
 
 namespace ddl::env {
@@ -19,8 +20,7 @@ int required_int(const EnvMap& env, const char* name, const std::string& family)
 Endpoint store_endpoint(const EnvMap& env, const std::optional<std::string>& host, int port) {
   Endpoint e;
   if (auto a = lookup(env, kMasterAddr)) {
-    if (a->empty()) throw EnvError(std::string(kMasterAddr) + "='': expected a host");
-    e.host = *a;
+    e.host = check_host(*a, kMasterAddr, *a);
   } else if (host) {
     e.host = *host;
   }
@@ -94,6 +94,7 @@ std::optional<WorkerContract> slurm_contract(const EnvMap& env) {
                    kSlurmStepTasksPerNode + " must be set (srun sets both)");
   }
   const std::vector<std::string> nodes = expand_hostlist(*nodelist, kSlurmStepNodelist);
+  for (const std::string& node : nodes) check_host(node, kSlurmStepNodelist, *nodelist);
   const std::vector<int> tasks = expand_tasks_per_node(*per_node, kSlurmStepTasksPerNode);
   if (tasks.size() != nodes.size()) {
     throw EnvError(std::string(kSlurmStepTasksPerNode) + "='" + *per_node + "' gives " +
@@ -161,13 +162,15 @@ std::optional<PaddleCloudNode> paddle_cloud_node(const EnvMap& env) {
     const std::size_t comma = trainers.find(',', start);
     const std::string ip =
         trainers.substr(start, comma == std::string::npos ? comma : comma - start);
-    if (ip.empty())
+    if (ip.empty()) {
       throw EnvError(std::string(kPaddleTrainers) + "='" + trainers + "': empty entry");
-    n.node_ips.push_back(ip);
+    }
+    n.node_ips.push_back(check_host(ip, kPaddleTrainers, trainers));
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
-  n.pod_ip = *lookup(env, kPodIp);
+  const std::string pod_ip = *lookup(env, kPodIp);
+  n.pod_ip = check_host(pod_ip, kPodIp, pod_ip);
   n.node_rank = parse_non_negative_int(*lookup(env, kTrainerId), kTrainerId);
   if (auto v = lookup(env, kTrainerPortsNum); v && !v->empty()) {
     n.ports_num = parse_non_negative_int(*v, kTrainerPortsNum);

@@ -2,6 +2,8 @@
 
 #include <cctype>
 
+#include "env/host.h"
+
 namespace ddl::env {
 namespace {
 
@@ -119,6 +121,7 @@ std::optional<SlurmNodes> slurm_nodes(const EnvMap& env) {
 
   SlurmNodes nodes;
   nodes.hosts = expand_hostlist(*list, kSlurmJobNodelist);
+  for (const std::string& host : nodes.hosts) check_host(host, kSlurmJobNodelist, *list);
   const int nnodes = parse_non_negative_int(*nnodes_text, kSlurmNnodes);
   nodes.node_rank = parse_non_negative_int(*node_text, kSlurmNodeId);
   if (static_cast<std::size_t>(nnodes) != nodes.hosts.size()) {

@@ -1,7 +1,9 @@
 #include "launcher/cluster/topology.h"
 
+#include "env/host.h"
 #include "env/scheduler.h"
 #include "env/slurm.h"
+#include "env/text.h"
 #include "launcher/cluster/plan.h"
 
 namespace ddl::launcher {
@@ -20,12 +22,6 @@ std::uint16_t control_port(const LaunchOptions& o) {
   return static_cast<std::uint16_t>(kDefaultControlPort);
 }
 
-std::string join(const std::vector<std::string>& items) {
-  std::string out;
-  for (const auto& s : items) out += (out.empty() ? "" : ",") + s;
-  return out;
-}
-
 // PaddleCloud's nodes, when they describe this job (see topology.h).
 std::optional<env::PaddleCloudNode> cloud_nodes(const LaunchOptions& o, const env::EnvMap& env) {
   if (o.ps_job()) return std::nullopt;
@@ -36,7 +32,7 @@ std::optional<env::PaddleCloudNode> cloud_nodes(const LaunchOptions& o, const en
     if (!trainers || *trainers == "1") return std::nullopt;  // Paddle: one trainer, no cloud
     throw PlanError("--use_paddlecloud with " + std::string(env::kTrainersNum) + "=" + *trainers +
                     " needs PaddleCloud's variables, but " +
-                    join(env::missing_paddle_cloud_variables(env)) + " not set");
+                    env::join(env::missing_paddle_cloud_variables(env), ",") + " not set");
   }
   if (!cloud || !cloud->in_use()) return std::nullopt;
   return cloud;
@@ -64,8 +60,9 @@ NodeTopology resolve_topology(const LaunchOptions& o, const env::EnvMap& env) {
     return t;
   }
   if (auto cloud = cloud_nodes(o, env)) {
-    t.source = "PaddleCloud (" + std::string(env::kPaddleTrainers) + "=" + join(cloud->node_ips) +
-               ", " + env::kTrainerId + "=" + std::to_string(cloud->node_rank) + ")";
+    t.source = "PaddleCloud (" + std::string(env::kPaddleTrainers) + "=" +
+               env::join(cloud->node_ips, ",") + ", " + env::kTrainerId + "=" +
+               std::to_string(cloud->node_rank) + ")";
     t.hosts = cloud->node_ips;
     t.nnodes = t.min_nnodes = static_cast<int>(t.hosts.size());
     t.node_rank = cloud->node_rank;
@@ -113,7 +110,7 @@ NodeTopology resolve_topology(const LaunchOptions& o, const env::EnvMap& env) {
     t.node_rank = mpi->rank;
     std::string host = kDefaultNodeIp;
     if (auto addr = env::lookup(env, env::kMasterAddr); addr && !addr->empty()) {
-      host = *addr;
+      host = env::check_host(*addr, env::kMasterAddr, *addr);
     } else if (!mpi->one_host()) {
       throw PlanError(t.source + " spans machines (" + env::kOmpiLocalSize + "=" +
                       std::to_string(mpi->local_size) + ") but " + env::kMasterAddr +
@@ -132,8 +129,8 @@ NodeTopology resolve_topology(const LaunchOptions& o, const env::EnvMap& env) {
   }
   if (auto slurm = env::slurm_nodes(env); slurm && slurm->hosts.size() > 1) {
     t.source = "Slurm" + (slurm->job_id.empty() ? std::string() : " job " + slurm->job_id) + " (" +
-               env::kSlurmJobNodelist + "=" + join(slurm->hosts) + ", " + env::kSlurmNodeId +
-               "=" + std::to_string(slurm->node_rank) + ")";
+               env::kSlurmJobNodelist + "=" + env::join(slurm->hosts, ",") + ", " +
+               env::kSlurmNodeId + "=" + std::to_string(slurm->node_rank) + ")";
     t.hosts = slurm->hosts;
     t.nnodes = t.min_nnodes = static_cast<int>(t.hosts.size());
     t.node_rank = slurm->node_rank;

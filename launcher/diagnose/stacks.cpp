@@ -16,6 +16,7 @@
 #include <stdexcept>
 
 #include "env/contract.h"
+#include "env/text.h"
 #include "launcher/diagnose/stack_text.h"
 #include "launcher/diagnose/tool_runner.h"
 #include "logging/safe_open.h"
@@ -106,15 +107,6 @@ std::string first_line(const std::string& text) {
     return line;
   }
   return {};
-}
-
-std::string join(const std::vector<std::string>& parts, const std::string& separator) {
-  std::string out;
-  for (const std::string& p : parts) {
-    if (!out.empty()) out += separator;
-    out += p;
-  }
-  return out;
 }
 
 // One target on its way through the tools it can use.
@@ -221,7 +213,8 @@ std::vector<ProcessStacks> collect_stacks(const std::vector<StackTarget>& target
     if (!a.tools.empty()) {
       a.done = false;
     } else if (!missing.empty()) {
-      r.error = "no stack tool on PATH: " + join(missing, ", ") + " not found in '" + path + "'";
+      r.error =
+          "no stack tool on PATH: " + env::join(missing, ", ") + " not found in '" + path + "'";
     } else {
       r.error = "no stack tool for a native process (" + std::string(kPySpy) +
                 " is for Python processes only)";
@@ -240,7 +233,7 @@ std::vector<ProcessStacks> collect_stacks(const std::vector<StackTarget>& target
         attempts[i].failures.push_back("no time left for " +
                                        attempts[i].tools[attempts[i].next].first + " within " +
                                        std::to_string(options.timeout.count()) + " ms");
-        results[i].error = join(attempts[i].failures, "; ");
+        results[i].error = env::join(attempts[i].failures, "; ");
       }
       break;
     }
@@ -265,7 +258,7 @@ std::vector<ProcessStacks> collect_stacks(const std::vector<StackTarget>& target
         if (!r.stopped && gone_reason(r.pid).empty()) ::kill(r.pid, SIGCONT);
         a.failures.push_back(tool + " did not finish within " +
                              std::to_string(options.timeout.count()) + " ms (killed)");
-        r.error = join(a.failures, "; ");
+        r.error = env::join(a.failures, "; ");
         a.done = true;
         continue;
       }
@@ -277,13 +270,13 @@ std::vector<ProcessStacks> collect_stacks(const std::vector<StackTarget>& target
         record_stack(r, tool, run, threads, options);
         if (!a.failures.empty()) {
           spdlog::warn("stack of {} (pid {}) taken with {} after: {}", r.name, r.pid, tool,
-                       join(a.failures, "; "));
+                       env::join(a.failures, "; "));
         }
         a.done = true;
         continue;
       }
       a.failures.push_back(describe_failure(tool, run));
-      r.error = join(a.failures, "; ");
+      r.error = env::join(a.failures, "; ");
       if (std::string gone = gone_reason(r.pid); !gone.empty()) {
         r.error += " (" + gone + ")";
         a.done = true;

@@ -16,6 +16,7 @@
 #include <set>
 #include <vector>
 
+#include "env/file.h"
 #include "env/slurm.h"
 #include "launcher/cluster/generation.h"
 #include "launcher/cluster/plan.h"
@@ -380,8 +381,10 @@ std::vector<Worker> launches_of(const ClusterPlan& plan, const LaunchOptions& op
 
 // Paddle 2.x's log folder (LaunchOptions::paddle2_log_folder): LOG_DIR holds what Paddle 2.x's
 // holds, the workers' logs and the launcher's own log as <job_id>.<pod>.log (the pod: six random
-// lowercase letters, as Paddle names its pods); the run report, the stack dumps and the workers'
-// error files go to the sibling folder LOG_DIR.launch, so that LOG_DIR's listing is Paddle's.
+// lowercase letters, as Paddle names its pods; the job id as env::safe_file_name makes it, so
+// that --job_id=../x or /x cannot put the log outside LOG_DIR); the run report, the stack dumps and
+// the workers' error files go to the sibling folder LOG_DIR.launch, so that LOG_DIR's listing is
+// Paddle's.
 struct Paddle2LogFolder {
   std::string pod_log;   // LOG_DIR/<job_id>.<pod>.log
   std::string side_dir;  // LOG_DIR.launch
@@ -395,7 +398,8 @@ Paddle2LogFolder paddle2_log_folder(const LaunchOptions& options) {
   // "log/" normalizes to "log/" with an empty file name: take its parent's "log".
   const std::filesystem::path named = dir.has_filename() ? dir : dir.parent_path();
   Paddle2LogFolder folder;
-  folder.pod_log = (named / (options.job_id.value_or("default") + "." + pod + ".log")).string();
+  const std::string job = env::safe_file_name(options.job_id.value_or("default"), "default");
+  folder.pod_log = (named / (job + "." + pod + ".log")).string();
   folder.side_dir = named.string() + ".launch";
   return folder;
 }

@@ -1,10 +1,10 @@
 #include "launcher/options/flags.h"
 
 #include <algorithm>
-#include <sstream>
 #include <stdexcept>
 #include <utility>
 
+#include "env/text.h"
 #include "logging/log.h"
 
 namespace ddl::launcher {
@@ -119,19 +119,6 @@ class Flag {
   FlagSpec spec_;
 };
 
-template <typename T>
-std::string join(const std::vector<T>& items) {
-  std::ostringstream os;
-  for (std::size_t i = 0; i < items.size(); ++i) os << (i ? "," : "") << items[i];
-  return os.str();
-}
-
-std::string seconds_text(std::chrono::milliseconds ms) {
-  std::ostringstream os;
-  os << static_cast<double>(ms.count()) / 1000.0;
-  return os.str();
-}
-
 std::string or_none(const std::optional<std::string>& v) { return v.value_or("None"); }
 std::string or_none(const std::optional<int>& v) { return v ? std::to_string(*v) : "None"; }
 std::string python_bool(bool v) { return v ? "True" : "False"; }
@@ -161,8 +148,8 @@ std::vector<FlagSpec> workers_and_devices() {
                "and each worker gets the id's position in that list (an id not in it is an "
                "error). The GPUs need not exist for `launch`: the worker decides.")
           .config([](const LaunchOptions& o) -> std::optional<std::string> {
-            if (!o.selected_gpus_given.empty()) return join(o.selected_gpus_given);
-            return o.selected_gpus.empty() ? "None" : join(o.selected_gpus);
+            if (!o.selected_gpus_given.empty()) return env::join(o.selected_gpus_given, ",");
+            return o.selected_gpus.empty() ? "None" : env::join(o.selected_gpus, ",");
           })
           .done());
   t.push_back(
@@ -372,7 +359,9 @@ std::vector<FlagSpec> nodes() {
           .help("addresses (IPv4 or host names) of all nodes; ranks are node-major in this order")
           .doc("every node's address (IPv4 or host name); ranks are node-major in list order. "
                "Inside a Slurm allocation the default is Slurm's node list.")
-          .config([](const LaunchOptions& o) { return std::optional(join(o.cluster_node_ips)); })
+          .config([](const LaunchOptions& o) {
+            return std::optional(env::join(o.cluster_node_ips, ","));
+          })
           .done());
   t.push_back(
       Flag("node_ip")
@@ -501,7 +490,9 @@ std::vector<FlagSpec> nodes() {
                "{\"ip\": \"10.0.0.2\", \"ranks\": [2, 3, 4]}]}`. The nodes are the job's nodes "
                "in order (`--cluster_node_ips` is not used); a node's ranks are its workers in "
                "local rank order, the i-th on device i (or the i-th of `--selected_gpus`). The "
-               "ranks must be 0..N-1, each once. See [multi-node.md](multi-node.md#rank-mapping).")
+               "ranks must be 0..N-1, each once. It must be a regular file of at most 1 MiB (a "
+               "FIFO, a device or a larger file is refused). See "
+               "[multi-node.md](multi-node.md#rank-mapping).")
           .config(
               [](const LaunchOptions& o) { return std::optional(or_none(o.rank_mapping_file)); })
           .done());
@@ -641,7 +632,9 @@ std::vector<FlagSpec> rendezvous() {
           .default_is("default")
           .help("the job's name, given to workers as PADDLE_JOB_ID")
           .doc("given to the workers as `PADDLE_JOB_ID`. It does not name launch's store job: "
-               "that is `DDL_JOB_ID`.")
+               "that is `DDL_JOB_ID`. In Paddle 2.x's log folder it names launch's own log, "
+               "`<job_id>.<pod>.log`, with every character outside `[A-Za-z0-9._-]` (and a "
+               "leading `.`) written `_`, so that the file stays in the folder.")
           .config(
               [](const LaunchOptions& o) { return std::optional(o.job_id.value_or("default")); })
           .done());
@@ -652,7 +645,7 @@ std::vector<FlagSpec> rendezvous() {
                   .default_is("300")
                   .help("seconds the workers may take to find each other")
                   .config([](const LaunchOptions& o) {
-                    return std::optional(seconds_text(
+                    return std::optional(env::seconds_text(
                         o.rendezvous_timeout.value_or(env::kDefaultRendezvousTimeout)));
                   })
                   .done());
@@ -687,7 +680,7 @@ std::vector<FlagSpec> failures() {
           .default_is("0, off")
           .help("fail the job when no rank has printed anything for S seconds; exit code 124")
           .config([](const LaunchOptions& o) -> std::optional<std::string> {
-            return o.hang_timeout.count() == 0 ? "None" : seconds_text(o.hang_timeout);
+            return o.hang_timeout.count() == 0 ? "None" : env::seconds_text(o.hang_timeout);
           })
           .done());
   t.push_back(
@@ -700,8 +693,9 @@ std::vector<FlagSpec> failures() {
           .help("seconds between SIGTERM and SIGKILL when stopping workers")
           .doc("grace between SIGTERM and SIGKILL when stopping workers (torchrun's default is "
                "30).")
-          .config(
-              [](const LaunchOptions& o) { return std::optional(seconds_text(o.kill_timeout)); })
+          .config([](const LaunchOptions& o) {
+            return std::optional(env::seconds_text(o.kill_timeout));
+          })
           .done());
   return t;
 }
@@ -757,7 +751,7 @@ std::vector<FlagSpec> parameter_servers() {
                   .help("parameter-server job: once this node's trainers all exited 0, seconds its "
                         "servers (and heter workers) may take to exit before they are stopped")
                   .config(ps_only([](const LaunchOptions& o) -> std::string {
-                    return o.server_grace ? seconds_text(*o.server_grace) : "None";
+                    return o.server_grace ? env::seconds_text(*o.server_grace) : "None";
                   }))
                   .done());
   t.push_back(

@@ -475,7 +475,7 @@ void parse_rank_mapping_flags(const GivenFlags& r, const PsFlags& ps, const Mach
         "--rank_mapping_file names the nodes already; drop "
         "--nnodes/--node_rank/--master_addr/--master/--rdzv_endpoint");
   }
-  o.rank_mapping = read_rank_mapping(file);
+  o.rank_mapping = read_rank_mapping(file, "--" + r.get("rank_mapping_file")->spelling);
   const RankMapping& m = *o.rank_mapping;
   // A one-node mapping is this node, as in Paddle; with several, --node_ip says which one.
   if (m.nodes.size() == 1 && !o.node_ip_given) o.node_ip = m.nodes.front().host;

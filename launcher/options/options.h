@@ -261,10 +261,6 @@ struct LaunchOptions {
   bool paddle2_log_folder() const { return dialect == Dialect::kPaddle2 && log_dir.has_value(); }
 };
 
-// True for an IPv4 address or a host name (letters, digits, '-', '.'; labels of 1..63 characters;
-// a name of digits and dots only must be a valid IPv4 address).
-bool is_valid_host(const std::string& host);
-
 // What --nproc_per_node=auto|cpu|gpu counts: this machine's usable cores and visible GPUs.
 struct MachineCounts {
   int cores = 1;

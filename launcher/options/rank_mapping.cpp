@@ -1,12 +1,11 @@
 #include "launcher/options/rank_mapping.h"
 
+#include <algorithm>
+#include <map>
 #include <nlohmann/json.hpp>
 
-#include <algorithm>
-#include <fstream>
-#include <map>
-#include <sstream>
-
+#include "env/file.h"
+#include "env/host.h"
 #include "launcher/options/options.h"
 
 namespace ddl::launcher {
@@ -29,8 +28,8 @@ RankMapping::Node parse_node(const json& entry, std::size_t i, const std::string
   }
   RankMapping::Node node;
   node.host = ip->get<std::string>();
-  if (!is_valid_host(node.host)) {
-    bad(source, where + ".ip '" + node.host + "' is not an IPv4 address or host name");
+  if (!env::is_valid_host(node.host)) {
+    bad(source, where + ".ip '" + node.host + "' is not " + std::string(env::kHostRule));
   }
   const auto ranks = entry.find("ranks");
   if (ranks == entry.end() || !ranks->is_array() || ranks->empty()) {
@@ -132,13 +131,14 @@ RankMapping parse_rank_mapping(const std::string& text, const std::string& sourc
   return m;
 }
 
-RankMapping read_rank_mapping(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw RankMappingError(path + ": cannot be read (no such file, or no permission)");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw RankMappingError(path + ": read error");
-  return parse_rank_mapping(text.str(), path);
+RankMapping read_rank_mapping(const std::string& path, const std::string& what) {
+  std::string text;
+  try {
+    text = env::read_regular_file(path, kMaxRankMappingBytes, what);
+  } catch (const env::FileError& e) {
+    throw RankMappingError(e.what());
+  }
+  return parse_rank_mapping(text, path);
 }
 
 }  // namespace ddl::launcher

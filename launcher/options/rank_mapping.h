@@ -12,6 +12,7 @@
 // 0..N-1. Keys other than "ip_ranks", "ip" and "ranks" are ignored.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -50,8 +51,14 @@ struct RankMapping {
 // Throws RankMappingError.
 RankMapping parse_rank_mapping(const std::string& text, const std::string& source);
 
-// Reads the file at `path` and parses it. Throws RankMappingError (also for a file that cannot
-// be read).
-RankMapping read_rank_mapping(const std::string& path);
+// The largest mapping file read: a node's entry is some 50 bytes, so this is room for some
+// 20,000 nodes, and a file named by mistake (a dataset, /dev/zero) is refused at once.
+inline constexpr std::size_t kMaxRankMappingBytes = 1 << 20;
+
+// Reads the file at `path` and parses it; `what` names the flag that gave the path. Throws
+// RankMappingError, also for a file that cannot be read, that is not a regular file (a FIFO, a
+// device) or that is larger than kMaxRankMappingBytes (env::read_regular_file).
+RankMapping read_rank_mapping(const std::string& path,
+                              const std::string& what = "--rank_mapping_file");
 
 }  // namespace ddl::launcher

@@ -1,11 +1,12 @@
 #include "launcher/options/values.h"
 
 #include <algorithm>
-#include <boost/asio/ip/address_v4.hpp>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <set>
+
+#include "env/host.h"
 
 namespace ddl::launcher {
 
@@ -147,7 +148,9 @@ std::vector<int> parse_gpus(const std::string& flag, const std::string& value) {
 }
 
 std::string check_ip(const std::string& flag, const std::string& all, const std::string& ip) {
-  if (!is_valid_host(ip)) bad_value(flag, all, "'" + ip + "' is not an IPv4 address or host name");
+  if (!env::is_valid_host(ip)) {
+    bad_value(flag, all, "'" + ip + "' is not " + std::string(env::kHostRule));
+  }
   return ip;
 }
 
@@ -205,6 +208,11 @@ std::vector<env::Endpoint> parse_etcd_endpoints(const std::string& flag, const s
 
 // --servers / --workers: host:port entries, each host a valid address, no entry twice.
 std::vector<env::Endpoint> parse_ps_endpoints(const std::string& flag, const std::string& value) {
+  for (const std::string& entry : split_commas(value)) {
+    // Name a bad host as such (the list's own message below is about its shape).
+    const std::size_t colon = entry.rfind(':');
+    if (colon != std::string::npos && colon > 0) check_ip(flag, value, entry.substr(0, colon));
+  }
   std::vector<env::Endpoint> endpoints;
   try {
     endpoints = env::parse_endpoint_list(value, "--" + flag);
@@ -212,7 +220,6 @@ std::vector<env::Endpoint> parse_ps_endpoints(const std::string& flag, const std
     bad_value(flag, value, "expected a comma-separated list of ip:port (port 1..65535)");
   }
   for (std::size_t i = 0; i < endpoints.size(); ++i) {
-    check_ip(flag, value, endpoints[i].host);
     for (std::size_t j = 0; j < i; ++j) {
       if (endpoints[j] == endpoints[i]) {
         bad_value(flag, value, "endpoint '" + endpoints[i].str() + "' is listed twice");
@@ -227,28 +234,6 @@ std::string parse_name(const std::string& flag, const std::string& v) {
     bad_value(flag, v, "expected a non-empty name without spaces, commas or '='");
   }
   return v;
-}
-
-bool is_valid_host(const std::string& host) {
-  if (host.empty() || host.size() > 253) return false;
-  if (host.find_first_not_of("0123456789.") == std::string::npos) {
-    boost::system::error_code ec;
-    boost::asio::ip::make_address_v4(host, ec);
-    return !ec;
-  }
-  std::size_t start = 0;
-  while (true) {
-    const std::size_t dot = host.find('.', start);
-    const std::string label = host.substr(start, dot == std::string::npos ? dot : dot - start);
-    if (label.empty() || label.size() > 63 || label.front() == '-' || label.back() == '-') {
-      return false;
-    }
-    for (char c : label) {
-      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') return false;
-    }
-    if (dot == std::string::npos) return true;
-    start = dot + 1;
-  }
 }
 
 }  // namespace ddl::launcher

@@ -1,13 +1,11 @@
 #include "launcher/supervise/error_file.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <system_error>
+
+#include "env/contract.h"
+#include "env/file.h"
 
 namespace ddl::launcher {
 
@@ -19,26 +17,12 @@ constexpr std::size_t kMaxFileBytes = 1 << 20;
 // The file's text, without following a link planted under its name (a root launcher would
 // otherwise quote another file in its summary) or blocking on a FIFO.
 std::optional<std::string> read_small_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  struct stat st {};
-  std::optional<std::string> text;
-  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
-      static_cast<std::size_t>(st.st_size) <= kMaxFileBytes) {
-    text.emplace();
-    char buffer[4096];
-    ssize_t n;
-    while ((n = ::read(fd, buffer, sizeof(buffer))) != 0) {
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 || text->size() > kMaxFileBytes) {
-        text.reset();
-        break;
-      }
-      text->append(buffer, static_cast<std::size_t>(n));
-    }
+  try {
+    return env::read_regular_file(path, kMaxFileBytes, env::kElasticErrorFile,
+                                  env::FileLinks::kRefuse);
+  } catch (const env::FileError&) {
+    return std::nullopt;  // no message to quote: the summary says what it knows without one
   }
-  ::close(fd);
-  return text;
 }
 }  // namespace
 

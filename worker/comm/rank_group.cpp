@@ -5,23 +5,15 @@
 #include <cstdio>
 #include <set>
 
-#include "worker/comm/comm_error.h"
+#include "env/text.h"
 #include "store/prefix_store.h"
+#include "worker/comm/comm_error.h"
 
 namespace ddl {
 namespace {
 
 // Rank lists up to this long are written out in the label; longer ones are summarised.
 constexpr std::size_t kLabelRanks = 16;
-
-std::string join(const std::vector<int>& ranks, char separator) {
-  std::string text;
-  for (std::size_t i = 0; i < ranks.size(); ++i) {
-    if (i > 0) text += separator;
-    text += std::to_string(ranks[i]);
-  }
-  return text;
-}
 
 // FNV-1a over the rank list, for the label of a long list.
 std::uint64_t fingerprint(const std::vector<int>& ranks) {
@@ -37,7 +29,7 @@ std::uint64_t fingerprint(const std::vector<int>& ranks) {
 }
 
 std::string label_of(const std::vector<int>& ranks) {
-  if (ranks.size() <= kLabelRanks) return "ranks_" + join(ranks, '_');
+  if (ranks.size() <= kLabelRanks) return "ranks_" + env::join(ranks, "_");
   char hash[17];
   std::snprintf(hash, sizeof(hash), "%016llx", static_cast<unsigned long long>(fingerprint(ranks)));
   return "ranks_" + std::to_string(ranks.size()) + "_from_" + std::to_string(ranks.front()) +
@@ -57,7 +49,7 @@ GroupPlace place_in_group(const std::string& backend, int job_rank, int job_size
   if (group.name.find('/') != std::string::npos) {
     throw CommError(where + "group name '" + group.name + "' must not contain '/'");
   }
-  const std::string listed = join(group.ranks, ',');
+  const std::string listed = env::join(group.ranks, ",");
   std::set<int> seen;
   GroupPlace place;
   place.rank = -1;

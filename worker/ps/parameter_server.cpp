@@ -5,14 +5,15 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cstdio>
-#include <numeric>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <cstdio>
 #include <future>
 #include <map>
+#include <numeric>
 #include <optional>
 
+#include "env/text.h"
 #include "net/server.h"
 #include "worker/ps/protocol.h"
 
@@ -35,16 +36,12 @@ constexpr const char* kStateFormat = "ddl-ps-shard-v1";
 constexpr milliseconds kLinger{10'000};
 constexpr milliseconds kFailLinger{2'000};
 
-std::string seconds_text(milliseconds d) {
+// "10.0 s": one decimal and the unit, as the server's messages give a duration (unlike
+// env::seconds_text, which writes a flag's value).
+std::string one_decimal_seconds(milliseconds d) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.1f s", static_cast<double>(d.count()) / 1000.0);
   return buf;
-}
-
-std::string list_text(const std::vector<int>& ids) {
-  std::string out;
-  for (int id : ids) out += (out.empty() ? "" : ", ") + std::to_string(id);
-  return out;
 }
 
 // A request answered later: a sync push (when the step's last gradient arrives) or a finish (when
@@ -418,10 +415,10 @@ void PsService::handle_finish(const std::shared_ptr<Connection>& c, int t, std::
     for (int u = 0; u < cfg().trainers; ++u) {
       if (trainers_[static_cast<std::size_t>(u)].pushed) waiting.push_back(u);
     }
-    const std::string reason =
-        "trainer " + std::to_string(t) + " finished while trainer(s) " + list_text(waiting) +
-        " wait for the gradients of step " + std::to_string(s_.version + 1) +
-        ": in sync mode every trainer must run the same number of steps";
+    const std::string reason = "trainer " + std::to_string(t) + " finished while trainer(s) " +
+                               env::join(waiting, ", ") + " wait for the gradients of step " +
+                               std::to_string(s_.version + 1) +
+                               ": in sync mode every trainer must run the same number of steps";
     fail(reason);
     answer_error(Waiting{c, id}, failure_.value_or(s_.name + ": " + reason));
     return;
@@ -450,7 +447,7 @@ void PsService::handle_finish(const std::shared_ptr<Connection>& c, int t, std::
   linger_.async_wait([this](const boost::system::error_code& ec) {
     if (ec) return;
     spdlog::warn("{}: trainer connections still open {} after every trainer finished; stopping",
-                 s_.name, seconds_text(kLinger));
+                 s_.name, one_decimal_seconds(kLinger));
     resolve(std::nullopt);
   });
   finish_when_closed();
@@ -514,8 +511,8 @@ void PsService::tick() {
     for (int u = 0; u < cfg().trainers; ++u) {
       if (!trainers_[static_cast<std::size_t>(u)].connection) missing.push_back(u);
     }
-    fail("trainer(s) " + list_text(missing) + " did not register within " +
-         seconds_text(d.join));
+    fail("trainer(s) " + env::join(missing, ", ") + " did not register within " +
+         one_decimal_seconds(d.join));
     return;
   }
   if (round_count_ > 0 && now - round_started_ > d.step) {
@@ -525,14 +522,14 @@ void PsService::tick() {
       (trainers_[static_cast<std::size_t>(u)].pushed ? waiting : missing).push_back(u);
     }
     fail("step " + std::to_string(s_.version + 1) + ": no gradients from trainer(s) " +
-         list_text(missing) + " within " + seconds_text(d.step) + " while trainer(s) " +
-         list_text(waiting) + " wait (a stalled or stopped trainer?)");
+         env::join(missing, ", ") + " within " + one_decimal_seconds(d.step) +
+         " while trainer(s) " + env::join(waiting, ", ") + " wait (a stalled or stopped trainer?)");
     return;
   }
   for (int u = 0; u < cfg().trainers; ++u) {
     const Trainer& tr = trainers_[static_cast<std::size_t>(u)];
     if (tr.connection && !tr.finished && !tr.waiting && now - tr.last_seen > d.step) {
-      fail(trainer_name(u) + " has sent nothing for " + seconds_text(d.step) +
+      fail(trainer_name(u) + " has sent nothing for " + one_decimal_seconds(d.step) +
            " (stalled or stopped?)");
       return;
     }
@@ -542,8 +539,8 @@ void PsService::tick() {
     for (int u = 0; u < cfg().trainers; ++u) {
       if (!trainers_[static_cast<std::size_t>(u)].finished) running.push_back(u);
     }
-    fail("trainer(s) " + list_text(running) + " did not finish within " + seconds_text(d.finish) +
-         " of the first trainer that did");
+    fail("trainer(s) " + env::join(running, ", ") + " did not finish within " +
+         one_decimal_seconds(d.finish) + " of the first trainer that did");
   }
 }
 

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "env/contract.h"
+#include "env/file.h"
 
 namespace ddl {
 namespace {
@@ -51,16 +52,9 @@ std::string random_hex() {
   return out;
 }
 
-// A job id as a file name: what is not [A-Za-z0-9._-] becomes '_'.
+// The job id as the secret file's name (env::safe_file_name: no '/', never "." or "..").
 std::string file_name(const std::string& job_id) {
-  std::string name = job_id.empty() ? std::string("job") : job_id;
-  for (char& c : name) {
-    const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                       c == '.' || c == '-' || c == '_';
-    if (!plain) c = '_';
-  }
-  if (name[0] == '.') name[0] = '_';
-  return name + ".secret";
+  return env::safe_file_name(job_id, "job") + ".secret";
 }
 
 // Reads the published secret file without following a link; refuses one anyone else could have

@@ -1,12 +1,13 @@
 // Slurm's environment: hostlist expansion and the plan a 2-node allocation produces; the torchrun
 // spelling of the node flags.
-#include "env/slurm.h"
+#include "launcher/cluster/topology.h"
 
 #include <gtest/gtest.h>
 
-#include "launcher/options/options.h"
+#include "env/host.h"
+#include "env/slurm.h"
 #include "launcher/cluster/plan.h"
-#include "launcher/cluster/topology.h"
+#include "launcher/options/options.h"
 
 namespace ddl::launcher {
 namespace {
@@ -92,6 +93,10 @@ TEST(Slurm, RejectsInconsistentAllocations) {
   env = two_node_allocation("0");
   env[env::kSlurmJobNodelist] = "a,a";
   expect_error(env, "twice");
+  env = two_node_allocation("0");
+  env[env::kSlurmJobNodelist] = "gpu07,$(id)";
+  expect_error(env,
+               "SLURM_JOB_NODELIST='gpu07,$(id)': '$(id)' is not an IPv4 address or host name");
 }
 
 TEST(Slurm, TwoNodeAllocationGivesTheTopologyAndThePlan) {
@@ -269,10 +274,10 @@ TEST(Options, HostNamesAreAcceptedInTheNodeList) {
   const LaunchOptions o = parse({"--ips=gpu07,gpu08.cluster", "--node_ip=gpu08.cluster", "w"});
   EXPECT_EQ(o.cluster_node_ips, (Hosts{"gpu07", "gpu08.cluster"}));
   EXPECT_EQ(o.node_index(), 1);
-  EXPECT_TRUE(is_valid_host("10.0.0.1"));
-  EXPECT_FALSE(is_valid_host("10.0.0"));
-  EXPECT_FALSE(is_valid_host("-a"));
-  EXPECT_FALSE(is_valid_host("a..b"));
+  EXPECT_TRUE(env::is_valid_host("10.0.0.1"));
+  EXPECT_FALSE(env::is_valid_host("10.0.0"));
+  EXPECT_FALSE(env::is_valid_host("-a"));
+  EXPECT_FALSE(env::is_valid_host("a..b"));
 }
 
 }  // namespace
@@ -337,6 +342,46 @@ TEST(CloudTopology, ANodeListIsPaddleStatic) {
   EXPECT_FALSE(
       resolve_topology(parse_env({"--nnodes=2", "--master_addr=10.0.0.1", "w"}, {}), {})
           .paddle_static);
+}
+
+// PaddleCloud's variables and the other variables that name hosts pass the same check as the
+// flags (env/host.h): `$(id)` is no host.
+TEST(CloudTopology, AVariableThatIsNoHostIsRefusedNamingIt) {
+  const auto error_of = [](const env::EnvMap& env) -> std::string {
+    try {
+      resolve_topology(parse_env({"w"}, env), env);
+    } catch (const env::EnvError& e) {
+      EXPECT_EQ(e.exit_code(), kExitParallel);
+      return e.what();
+    }
+    return "";
+  };
+  env::EnvMap env = kCloudEnv;
+  env["PADDLE_TRAINERS"] = "10.0.0.1,$(id)";
+  env["POD_IP"] = "$(id)";
+  EXPECT_NE(error_of(env).find(
+                "PADDLE_TRAINERS='10.0.0.1,$(id)': '$(id)' is not an IPv4 address or host name"),
+            std::string::npos)
+      << error_of(env);
+  env = kCloudEnv;
+  env["POD_IP"] = "$(id)";
+  EXPECT_NE(error_of(env).find("POD_IP='$(id)': not an IPv4 address or host name"),
+            std::string::npos)
+      << error_of(env);
+  env = kCloudEnv;
+  env["DISTRIBUTED_TRAINER_ENDPOINTS"] = "10.0.0.1:6170,$(id):6170";
+  EXPECT_NE(error_of(env).find("DISTRIBUTED_TRAINER_ENDPOINTS='10.0.0.1:6170,$(id):6170': entry "
+                               "'$(id):6170': '$(id)' is not an IPv4 address"),
+            std::string::npos)
+      << error_of(env);
+  const env::EnvMap mpi = {{"OMPI_COMM_WORLD_RANK", "1"},
+                           {"OMPI_COMM_WORLD_SIZE", "2"},
+                           {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                           {"OMPI_COMM_WORLD_LOCAL_SIZE", "1"},
+                           {"MASTER_ADDR", "$(id)"}};
+  EXPECT_NE(error_of(mpi).find("MASTER_ADDR='$(id)': not an IPv4 address or host name"),
+            std::string::npos)
+      << error_of(mpi);
 }
 
 TEST(FlagsStartPort, IsTheFirstPortUnlessAFlagOrPaddle2xSaysOtherwise) {

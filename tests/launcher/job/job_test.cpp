@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 #include <regex>
 #include <sstream>
 
+#include "env/file.h"
 #include "launcher/cluster/plan.h"
 #include "launcher/coord/control.h"
 #include "launcher/supervise/supervisor.h"
@@ -66,6 +68,33 @@ TEST(Job, TwoWorkersSucceed) {
     EXPECT_TRUE(contains(log, "hello from rank " + std::to_string(r) + " of 2")) << log;
     EXPECT_TRUE(contains(log, "ENV OMP_NUM_THREADS=1\n")) << "2 cores, 2 workers: " << log;
     EXPECT_TRUE(std::regex_search(log, std::regex("ENV DDL_JOB_ID=[0-9a-f]{16}-g0\n"))) << log;
+  }
+}
+
+// In Paddle 2.x's log folder --job_id names the launcher's own log, LOG_DIR/<job_id>.<pod>.log:
+// an id that is a path ("../../x", an absolute one) gives a file name inside LOG_DIR.
+TEST(Job, AJobIdThatIsAPathCannotLeaveTheLogFolder) {
+  TempDir dir;
+  const std::filesystem::path outside = dir.path() / "outside";
+  std::filesystem::create_directories(outside);
+  for (const std::string& id : {std::string("../../x"), (outside / "x").string()}) {
+    SCOPED_TRACE("--job_id=" + id);
+    const std::filesystem::path logs = dir.path() / "a" / "b" / "logs";
+    const LaunchOptions options =
+        parse({"--job_id", id, "--log_dir", logs.string(), "hello_worker"});
+    ASSERT_TRUE(options.paddle2_log_folder());
+    EXPECT_EQ(options.job_id, id) << "the id itself is kept";
+    ASSERT_EQ(run_job(options, context()), 0);
+    const std::regex own(env::safe_file_name(id, "default") + R"(\.[a-z]{6}\.log)");
+    int own_logs = 0;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(dir.path())) {
+      if (!e.is_regular_file()) continue;
+      const std::filesystem::path folder = e.path().parent_path();
+      EXPECT_TRUE(folder == logs || folder.filename() == "logs.launch") << e.path();
+      own_logs += folder == logs && std::regex_match(e.path().filename().string(), own);
+    }
+    EXPECT_EQ(own_logs, 1) << "the launcher's log is in " << logs;
+    std::filesystem::remove_all(dir.path() / "a");
   }
 }
 

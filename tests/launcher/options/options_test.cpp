@@ -927,5 +927,30 @@ TEST(EtcdControlPlane, BadInputIsOneClearLine) {
                "--standalone is a single-node job");
 }
 
+// Every flag (and the variable that stands for one) that names a host refuses what is no host,
+// naming itself and the value: a host goes into endpoints, log lines and commands unquoted.
+TEST(Options, HostFlagsRefuseWhatIsNoHost) {
+  const std::string rule = "'$(id)' is not an IPv4 address or host name";
+  const auto expect_refused = [&](std::vector<std::string> args, const std::string& start,
+                                  const env::EnvMap& env = {}) {
+    args.push_back("train");
+    const std::string e = error_of(args, env);
+    EXPECT_EQ(e.rfind(start, 0), 0u) << "got: " << e;
+    EXPECT_NE(e.find(rule), std::string::npos) << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  };
+  expect_refused({"--master_addr=$(id)", "--nnodes=2"}, "--master_addr='$(id)': ");
+  expect_refused({"--ips=10.0.0.1,$(id)"}, "--ips='10.0.0.1,$(id)': ");
+  expect_refused({"--node_ip=$(id)"}, "--node_ip='$(id)': ");
+  expect_refused({"--local_addr=$(id)"}, "--local_addr='$(id)': ");
+  expect_refused({"--nnodes=2", "--rdzv_endpoint=$(id):29400"}, "--rdzv_endpoint='$(id):29400': ");
+  expect_refused({"--nnodes=2", "--master=$(id):6170"}, "--master='$(id):6170': ");
+  expect_refused({"--server_num=1", "--servers=$(id):6170"}, "--servers='$(id):6170': ");
+  expect_refused({"--nnodes=2"}, "PET_MASTER_ADDR='$(id)' (for --master_addr): ",
+                 {{"PET_MASTER_ADDR", "$(id)"}, {"PET_MASTER_PORT", "29500"}});
+  expect_refused({}, "PADDLE_MASTER='$(id):6170' (for --master): ",
+                 {{"PADDLE_MASTER", "$(id):6170"}, {"PADDLE_NNODES", "2"}});
+}
+
 }  // namespace
 }  // namespace ddl::launcher

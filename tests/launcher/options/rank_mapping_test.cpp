@@ -4,9 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <fstream>
 
 #include "tests/launcher/options/parse_args.h"
+#include "tests/support/fifo.h"
 #include "tests/support/temp_dir.h"
 
 namespace ddl::launcher {
@@ -71,9 +73,67 @@ TEST(RankMapping, UnreadableFileIsAUsageError) {
     read_rank_mapping("/nonexistent/map.json");
     FAIL() << "expected RankMappingError";
   } catch (const RankMappingError& e) {
-    EXPECT_NE(std::string(e.what()).find("/nonexistent/map.json: cannot be read"),
-              std::string::npos);
+    EXPECT_EQ(e.exit_code(), kExitUsage);
+    EXPECT_NE(
+        std::string(e.what()).find("--rank_mapping_file='/nonexistent/map.json': cannot be read"),
+        std::string::npos)
+        << e.what();
   }
+}
+
+// The RankMappingError message of --rank_mapping_file=`file`, or "" when it is read.
+std::string flag_error(const std::string& file) {
+  try {
+    parse({"--rank_mapping_file", file, "--enable_auto_mapping", "w.py"});
+  } catch (const RankMappingError& e) {
+    EXPECT_EQ(e.exit_code(), kExitUsage);
+    return e.what();
+  }
+  return "";
+}
+
+TEST(RankMapping, DevZeroIsRefusedAtOnce) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::string error = flag_error("/dev/zero");
+  EXPECT_NE(error.find("--rank_mapping_file='/dev/zero': is a character device; expected a "
+                       "regular file of at most 1 MiB"),
+            std::string::npos)
+      << error;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1))
+      << "the device is not read";
+}
+
+TEST(RankMapping, AFifoIsRefusedWithoutHanging) {
+  testing::TempDir dir;
+  const std::string fifo = dir.file("map.json");
+  testing::make_fifo(fifo);
+  std::string error;
+  EXPECT_TRUE(testing::returns_within(fifo, std::chrono::milliseconds(5000), [&] {
+    error = flag_error(fifo);
+  })) << "--rank_mapping_file=FIFO blocked";
+  EXPECT_NE(error.find("--rank_mapping_file='" + fifo + "': is a FIFO"), std::string::npos)
+      << error;
+}
+
+TEST(RankMapping, AFileOverTheCapIsRefused) {
+  testing::TempDir dir;
+  const std::string path = dir.file("map.json");
+  // Valid JSON that only its size makes unusable.
+  std::ofstream(path) << R"({"ip_ranks": [{"ip": "127.0.0.1", "ranks": [0]}]})"
+                      << std::string(kMaxRankMappingBytes, ' ');
+  const std::string error = flag_error(path);
+  EXPECT_NE(error.find("--rank_mapping_file='" + path + "': is " +
+                       std::to_string(kMaxRankMappingBytes + 49) + " bytes, over the cap"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("at most 1 MiB"), std::string::npos) << error;
+}
+
+TEST(RankMapping, AHostThatIsNoHostIsRefused) {
+  const std::string error = mapping_error(R"js({"ip_ranks": [{"ip": "$(id)", "ranks": [0]}]})js");
+  EXPECT_NE(error.find("ip_ranks[0].ip '$(id)' is not an IPv4 address or host name"),
+            std::string::npos)
+      << error;
 }
 
 class RankMappingFlags : public ::testing::Test {
