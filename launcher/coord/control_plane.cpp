@@ -2,24 +2,14 @@
 
 #include <spdlog/spdlog.h>
 
-#include <sstream>
-
 #include "launcher/coord/engine.h"
 #include "launcher/coord/etcd_control_store.h"
 #include "launcher/coord/tcp_control_store.h"
 
 namespace ddl::launcher {
 
-std::string seconds_text(std::chrono::milliseconds ms) {
-  std::ostringstream os;
-  os << static_cast<double>(ms.count()) / 1000.0;
-  return os.str();
-}
-
 std::string node_list(const std::set<int>& nodes) {
-  std::string out;
-  for (int n : nodes) out += (out.empty() ? "" : ", ") + std::to_string(n);
-  return out;
+  return env::join(std::vector<int>(nodes.begin(), nodes.end()), ", ");
 }
 
 std::optional<std::vector<int>> ready_members(

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "env/contract.h"
+#include "env/text.h"
 #include "launcher/cluster/generation.h"
 #include "launcher/coord/records.h"
 #include "launcher/options/options.h"
@@ -104,8 +105,7 @@ std::optional<std::vector<int>> ready_members(
 
 // "0, 2, 3": node ranks as messages list them.
 std::string node_list(const std::set<int>& nodes);
-// "0.25", "4": a duration in seconds as messages (and the flags) say it.
-std::string seconds_text(std::chrono::milliseconds ms);
+using env::seconds_text;
 
 // One node's view of the job's control plane. Its methods are called from the launcher's
 // supervising thread, except the report_* ones (any thread). Errors are ControlError.

@@ -1,15 +1,16 @@
 #include "launcher/coord/munge_auth.h"
 
 #include <munge.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <sstream>
 
+#include "env/file.h"
 #include "env/slurm.h"
 
 namespace ddl::launcher {
@@ -32,10 +33,19 @@ std::string socket_option(const std::string& auth_info) {
   return "";
 }
 
+// slurm.conf is a few KiB; anything past this is not one (a device, a runaway file).
+constexpr std::size_t kMaxSlurmConfBytes = 4 << 20;
+
 // AuthInfo's socket in slurm.conf at `path` (keys are case-insensitive; '#' starts a comment);
 // "" when the file cannot be read or names none.
 std::string slurm_conf_socket(const std::string& path) {
-  std::ifstream in(path);
+  std::istringstream in;
+  try {
+    in.str(env::read_regular_file(path, kMaxSlurmConfBytes, "slurm.conf"));
+  } catch (const env::FileError& e) {
+    spdlog::debug("not reading {}", e.what());
+    return "";
+  }
   std::string found;
   for (std::string line; std::getline(in, line);) {
     line = line.substr(0, line.find('#'));
@@ -95,8 +105,8 @@ class Context {
   void check(munge_err_t e, const MungeClient& client, const std::string& doing) const {
     if (e == EMUNGE_SUCCESS) return;
     const char* detail = munge_ctx_strerror(ctx_);
-    std::string what = doing + " through " + client.where() + ": " +
-                       (detail ? detail : munge_strerror(e));
+    std::string what =
+        doing + " through " + client.where() + ": " + (detail ? detail : munge_strerror(e));
     if (failure_of(e) == MungeFailure::kUnreachable) what += " (is munged running there?)";
     throw MungeError(failure_of(e), what);
   }

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <sstream>
 
+#include "env/text.h"
 #include "launcher/supervise/exit_status.h"
 
 namespace ddl::launcher {
@@ -39,12 +40,6 @@ std::string log_of(const Process& p, const std::string& without) {
 }
 
 }  // namespace
-
-std::string flag_seconds_text(std::chrono::milliseconds ms) {
-  std::ostringstream os;
-  os << static_cast<double>(ms.count()) / 1000.0;
-  return os.str();
-}
 
 std::string elapsed_text(std::chrono::steady_clock::duration d) {
   const auto tenths = std::chrono::duration_cast<std::chrono::milliseconds>(d).count() / 100;
@@ -95,7 +90,7 @@ std::string describe_hang(const WorkerGroup& group, std::chrono::milliseconds ha
     if (p->running && p->role != env::Role::kTrainer) only_trainers = false;
   }
   std::ostringstream os;
-  os << "hang guard: no output from any rank for " << flag_seconds_text(hang_timeout)
+  os << "hang guard: no output from any rank for " << env::seconds_text(hang_timeout)
      << " s; silent: ";
   if (only_trainers) os << "rank" << (group.running() > 1 ? "s " : " ");
   bool first = true;

@@ -16,9 +16,6 @@
 
 namespace ddl::launcher {
 
-// "1", "0.5", "2.25": a duration as a user would type it after --hang_timeout.
-std::string flag_seconds_text(std::chrono::milliseconds ms);
-
 // "12.0": elapsed seconds with one decimal.
 std::string elapsed_text(std::chrono::steady_clock::duration d);
 

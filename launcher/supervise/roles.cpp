@@ -2,6 +2,7 @@
 
 #include <sys/wait.h>
 
+#include "env/text.h"
 #include "launcher/supervise/describe.h"
 
 namespace ddl::launcher {
@@ -42,7 +43,7 @@ ServersVerdict ServersAfterTrainers::check(const std::vector<RoleView>& group) c
 std::string ServersAfterTrainers::grace_line(const ServersVerdict& verdict) const {
   return "all " + std::to_string(verdict.trainers) + " trainer(s) exited with code 0; " +
          std::to_string(verdict.running) + " server(s) have " +
-         flag_seconds_text(grace_.value_or(std::chrono::milliseconds(0))) + " s to exit";
+         env::seconds_text(grace_.value_or(std::chrono::milliseconds(0))) + " s to exit";
 }
 
 std::string ServersAfterTrainers::stop(const std::vector<RoleView>& group,
@@ -63,9 +64,9 @@ std::string ServersAfterTrainers::stop(const std::vector<RoleView>& group,
   }
   return "all " + std::to_string(verdict.trainers) + " trainer(s) exited with code 0 and " +
          std::to_string(stopped_.total()) + " server(s) are still running " +
-         flag_seconds_text(grace_.value_or(std::chrono::milliseconds(0))) +
+         env::seconds_text(grace_.value_or(std::chrono::milliseconds(0))) +
          " s later (--server_grace): stopping them (SIGTERM, SIGKILL after " +
-         flag_seconds_text(kill_timeout_) + " s); the job succeeds";
+         env::seconds_text(kill_timeout_) + " s); the job succeeds";
 }
 
 std::vector<std::string> ServersAfterTrainers::success_lines(const std::string& after) const {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "env/exit_codes.h"
+#include "env/text.h"
 #include "launcher/diagnose/stacks.h"
 #include "launcher/supervise/describe.h"
 
@@ -21,7 +22,7 @@ StackDumpObserver::StackDumpObserver(std::optional<std::string> dir,
 void StackDumpObserver::generation_failed(Generation g, const Failure& failure,
                                           const WorkerGroup& group) {
   if (failure.kind == Failure::Kind::kHang) {
-    dump(g, group, "hang guard: no output for " + flag_seconds_text(hang_timeout_) + " s");
+    dump(g, group, "hang guard: no output for " + env::seconds_text(hang_timeout_) + " s");
   } else if (failure.kind == Failure::Kind::kWorker && failure.exit_code == kExitDeadline) {
     // A rank that gave up at a deadline waited for a peer: the stuck one is still running.
     dump(g, group,
