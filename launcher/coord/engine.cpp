@@ -44,12 +44,31 @@ bool contains(const std::vector<int>& nodes, int n) {
 
 }  // namespace
 
-// Who is in the job, as the "present", "bye" and "lost" rosters say, read incrementally.
+// Who is in the job, as the "present", "bye" and "lost" rosters say, read incrementally. A node
+// rank whose launcher was lost may be taken by a new launcher (elastic), so goodbyes and losses
+// count per launcher.
 struct Roll {
   RosterCursor present_at = 0, bye_at = 0, lost_at = 0;
-  std::map<int, std::string> present;  // node -> its launcher
-  std::set<int> bye;
-  std::set<int> lost;
+  std::map<int, std::string> present;  // node -> its launcher (the latest to present itself)
+  std::set<std::string> gone;          // launchers that said goodbye
+  std::set<std::string> lost;          // launchers declared lost
+
+  const std::string* launcher(int node) const {
+    const auto it = present.find(node);
+    return it == present.end() ? nullptr : &it->second;
+  }
+  // Present, and its launcher neither said goodbye nor was lost.
+  bool live(int node) const {
+    const std::string* l = launcher(node);
+    return l && !gone.count(*l) && !lost.count(*l);
+  }
+  std::set<int> lost_nodes() const {
+    std::set<int> out;
+    for (const auto& [node, l] : present) {
+      if (lost.count(l)) out.insert(node);
+    }
+    return out;
+  }
 };
 
 struct ControlEngine::Decision {
@@ -69,12 +88,12 @@ struct ControlEngine::Watch {
   bool delivered = false;  // the job's failure was passed on
   std::set<int> ended;     // generations whose end was passed on
   std::set<int> admissions;
-  std::set<std::pair<int, int>> declared;  // (generation, node) losses published
+  std::set<std::pair<int, std::string>> declared;  // (generation, launcher) losses published
   struct Beat {
     std::string value;
     Clock::time_point changed;
   };
-  std::map<int, Beat> beats;
+  std::map<std::string, Beat> beats;  // by launcher
   Clock::time_point last_ok = Clock::now();
   int rounds = 0;
 };
@@ -156,11 +175,9 @@ namespace {
 void refresh(Roll& roll,
              const std::function<std::vector<ControlEngine::Entry>(const std::string&,
                                                                    RosterCursor&)>& read) {
-  for (const auto& e : read("present", roll.present_at)) roll.present.emplace(e.node, e.launcher);
-  for (const auto& e : read("bye", roll.bye_at)) roll.bye.insert(e.node);
-  for (const auto& e : read("lost", roll.lost_at)) {
-    if (auto n = number(e.payload)) roll.lost.insert(static_cast<int>(*n));
-  }
+  for (const auto& e : read("present", roll.present_at)) roll.present[e.node] = e.launcher;
+  for (const auto& e : read("bye", roll.bye_at)) roll.gone.insert(e.launcher);
+  for (const auto& e : read("lost", roll.lost_at)) roll.lost.insert(e.payload);
 }
 }  // namespace
 
@@ -220,55 +237,59 @@ void ControlEngine::join_run() {
 
 bool ControlEngine::run_is_live(const std::string& token) {
   // A run is live when one of its launchers beat within the heartbeat timeout: at once by the
-  // time its beat carries (clocks agree), else by seeing a beat change within the timeout.
+  // time its beat carries (clocks agree), else by seeing a beat change within the timeout. Its
+  // launchers are those present; one that just started the run presents itself right after.
   const std::string saved = token_;
   token_ = token;
-  Roll roll;
   RosterCursor cursor = 0;
-  for (const Entry& e : read_entries(*store_, "present", cursor))
-    roll.present.emplace(e.node, e.launcher);
   std::vector<std::string> keys;
-  for (const auto& [node, launcher] : roll.present) keys.push_back(name(gen("hb", node)));
+  auto more = [&] {
+    for (const Entry& e : read_entries(*store_, "present", cursor)) {
+      keys.push_back(name("hb/" + e.launcher));
+    }
+  };
   const auto deadline = Clock::now() + options_.heartbeat_timeout;
   std::vector<std::optional<std::string>> first;
   bool live = false;
-  while (!live) {
+  while (!live && Clock::now() < deadline) {
+    more();
     const std::vector<std::optional<std::string>> now = store_->get(keys);
     for (std::size_t i = 0; i < now.size() && !live; ++i) {
-      if (!now[i]) continue;
-      const std::optional<Entry> beat = open_entry(keys[i], *now[i]);
+      const std::optional<Entry> beat = now[i] ? open_entry(keys[i], *now[i]) : std::nullopt;
       if (!beat) continue;
       const std::size_t space = beat->payload.find(' ');
       const auto at = space == std::string::npos
                           ? std::nullopt
                           : number(std::string_view(beat->payload).substr(space + 1));
-      if (at && wall_ms() - *at < options_.heartbeat_timeout.count()) live = true;
-      if (!first.empty() && first[i] != now[i]) live = true;
+      live = (at && wall_ms() - *at < options_.heartbeat_timeout.count()) ||
+             (i < first.size() && first[i] != now[i]);
     }
-    if (first.empty()) first = now;
-    if (live || Clock::now() >= deadline) break;
-    std::this_thread::sleep_for(options_.heartbeat_interval);
-    if (keys.empty()) {
-      // Re-read who is present: the run's first launcher claims right after it starts the run.
-      for (const Entry& e : read_entries(*store_, "present", cursor)) {
-        roll.present.emplace(e.node, e.launcher);
-        keys.push_back(name(gen("hb", e.node)));
-      }
-      first.clear();
-    }
+    if (first.size() < now.size()) first = now;
+    if (!live) std::this_thread::sleep_for(options_.heartbeat_interval);
   }
   token_ = saved;
   return live;
 }
 
 bool ControlEngine::claim(int node) {
+  // The holder of a rank is the first launcher to claim it that was not declared lost since.
+  std::set<std::string> lost;
+  RosterCursor lost_at = 0;
+  for (const Entry& e : read_entries(*store_, "lost", lost_at)) lost.insert(e.payload);
   const std::string roster = gen("claim", node);
-  std::optional<Entry> holder = first_entry(*store_, roster);
-  if (!holder) {
-    store_->append(name(roster), seal(name(roster), std::to_string(node)));
-    holder = first_entry(*store_, roster);
+  auto holder = [&]() -> std::optional<Entry> {
+    RosterCursor cursor = 0;
+    for (Entry& e : read_entries(*store_, roster, cursor)) {
+      if (!lost.count(e.launcher)) return std::move(e);
+    }
+    return std::nullopt;
+  };
+  std::optional<Entry> h = holder();
+  if (!h) {
+    append(*store_, roster, "");
+    h = holder();
   }
-  return holder && holder->launcher == launcher_;
+  return h && h->launcher == launcher_;
 }
 
 void ControlEngine::claim_rank() {
@@ -299,7 +320,7 @@ void ControlEngine::claim_rank() {
 }
 
 void ControlEngine::beat(ControlStore& store) {
-  const std::string key = name(gen("hb", options_.node_rank));
+  const std::string key = name("hb/" + launcher_);
   const std::string value = seal(key, std::to_string(++beats_) + " " + std::to_string(wall_ms()));
   if (!store.swap(key, last_beat_, value)) {
     const std::optional<std::string> now = store.get({key}).front();
@@ -322,7 +343,7 @@ Control::Agreement ControlEngine::rendezvous(const JobDescription& mine,
   std::unique_lock<std::mutex> lock(store_mutex_);
   try {
     const std::string presentation =
-        encode_presentation({mine, local, proposed_job_id, proposed_job_secret});
+        encode_presentation({mine, local, proposed_job_id, proposed_job_secret, launcher_});
     // Under "node/<n>" for whoever looks for one node, in "described" for the decider, who
     // reads every node's in one request per batch of arrivals.
     append(*store_, gen("node", me), presentation);
@@ -350,7 +371,7 @@ Control::Agreement ControlEngine::rendezvous(const JobDescription& mine,
           pending.erase(node);
         }
       }
-      if (!reference_) reference_ = presentation_of(0);
+      if (!reference_) reference_ = presentation_of(0, "");
       if (reference_ && me != 0) compare_with(0, *reference_);
       if (auto failure = job_failure(*store_)) {
         throw ControlError("the job failed while the nodes met: " + failure->str());
@@ -374,29 +395,37 @@ Control::Agreement ControlEngine::rendezvous(const JobDescription& mine,
 void ControlEngine::read_presentations() {
   Decision& d = *decision_;
   for (const Entry& e : read_entries(*store_, "described", d.described_at)) {
-    if (d.presented.count(e.node)) continue;
-    d.presented.emplace(e.node, decode_presentation(e.payload, "'" + name("described") + "' in " +
-                                                                   store_->where()));
+    // A later presentation of a node is a new launcher's that took the rank of a lost one.
+    Presentation p =
+        decode_presentation(e.payload, "'" + name("described") + "' in " + store_->where());
+    p.launcher = e.launcher;
+    d.presented[e.node] = std::move(p);
   }
 }
 
-std::optional<Presentation> ControlEngine::presentation_of(int node) {
-  if (auto it = decision_->presented.find(node); it != decision_->presented.end()) {
+std::optional<Presentation> ControlEngine::presentation_of(int node, const std::string& launcher) {
+  auto cached = [&]() -> std::optional<Presentation> {
+    const auto it = decision_->presented.find(node);
+    if (it == decision_->presented.end()) return std::nullopt;
+    if (!launcher.empty() && it->second.launcher != launcher) return std::nullopt;
     return it->second;
-  }
+  };
+  if (auto p = cached()) return p;
   const std::string roster = gen("node", node);
   RosterCursor cursor = 0;
+  std::optional<Presentation> found;
   for (const Entry& e : read_entries(*store_, roster, cursor)) {
-    if (e.node != node) continue;
-    return decode_presentation(e.payload, "'" + name(roster) + "' in " + store_->where());
+    if (e.node != node || (!launcher.empty() && e.launcher != launcher)) continue;
+    found = decode_presentation(e.payload, "'" + name(roster) + "' in " + store_->where());
+    found->launcher = e.launcher;
   }
-  return std::nullopt;
+  return found;
 }
 
 void ControlEngine::compare_with(int node, const Presentation& theirs) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!checked_.insert(node).second) return;
+    if (!checked_.insert(theirs.launcher).second) return;
   }
   if (auto why = description_mismatch(description_, options_.node_rank, theirs.description, node)) {
     throw ControlError(*why);
@@ -458,7 +487,7 @@ void ControlEngine::check_not_over(const std::string& while_doing) {
 std::vector<int> ControlEngine::live_nodes(Watch& w) {
   std::vector<int> live;
   for (const auto& [node, launcher] : w.roll.present) {
-    if (!w.roll.lost.count(node) && !w.roll.bye.count(node)) live.push_back(node);
+    if (w.roll.live(node)) live.push_back(node);
   }
   return live;
 }
@@ -475,16 +504,15 @@ std::optional<std::vector<int>> ControlEngine::decide(int generation, Clock::tim
     return read_entries(*store_, roster, c);
   };
   refresh(d.roll, read);
-  std::set<int> lost = d.roll.lost;
+  std::set<int> lost = d.roll.lost_nodes();
   std::vector<int> previous;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     previous = current_members_;
-    lost.insert(lost_nodes_.begin(), lost_nodes_.end());
   }
   // The decider is the lowest live node (node 0 on the TCP store).
   for (const auto& [node, launcher] : d.roll.present) {
-    if (lost.count(node) || d.roll.bye.count(node)) continue;
+    if (lost.count(node) || !d.roll.live(node)) continue;
     if (node != options_.node_rank) return std::nullopt;
     break;
   }
@@ -499,10 +527,11 @@ std::optional<std::vector<int>> ControlEngine::decide(int generation, Clock::tim
   GenerationCandidates c;
   c.generation = generation;
   for (int n : d.joined) {
-    if (lost.count(n)) continue;
+    // Not read as present yet (it presented itself after the roll was read): next time.
+    if (lost.count(n) || !d.roll.live(n)) continue;
     // Elastic: a node is compared when it first joins a generation.
     if (options_.elastic() && n != options_.node_rank) {
-      const std::optional<Presentation> theirs = presentation_of(n);
+      const std::optional<Presentation> theirs = presentation_of(n, *d.roll.launcher(n));
       if (!theirs) continue;
       compare_with(n, *theirs);
     }
@@ -521,6 +550,14 @@ std::optional<std::vector<int>> ControlEngine::decide(int generation, Clock::tim
   return ready_members(options_, c, Clock::now(), deadline, last_call, "in " + store_->where(), "");
 }
 
+bool ControlEngine::is_member(const Members& m) const {
+  for (std::size_t i = 0; i < m.nodes.size(); ++i) {
+    if (m.nodes[i] != options_.node_rank) continue;
+    return m.launchers.empty() || m.launchers[i] == launcher_;
+  }
+  return false;
+}
+
 Membership ControlEngine::join_generation(Generation requested) {
   const int me = options_.node_rank;
   const auto deadline = Clock::now() + options_.rendezvous_timeout;
@@ -537,7 +574,7 @@ Membership ControlEngine::join_generation(Generation requested) {
       if (std::optional<Entry> decided = first_entry(*store_, roster)) {
         Members m =
             decode_members(decided->payload, "'" + name(roster) + "' in " + store_->where());
-        if (contains(m.nodes, me)) {
+        if (is_member(m)) {
           members = std::move(m);
           break;
         }
@@ -563,10 +600,11 @@ Membership ControlEngine::join_generation(Generation requested) {
         Members decided;
         decided.generation = generation;
         decided.nodes = *nodes;
+        for (int n : decided.nodes) decided.launchers.push_back(*decision_->roll.launcher(n));
         bool complete = true;
         read_presentations();
         for (int n : decided.nodes) {
-          const std::optional<Presentation> p = presentation_of(n);
+          const std::optional<Presentation> p = presentation_of(n, *decision_->roll.launcher(n));
           if (!p) {
             complete = false;
             break;
@@ -805,11 +843,7 @@ void ControlEngine::watch_peers(Watch& w, int generation, const std::vector<int>
   };
   // The decider reads who is in the job every period, the others every fourth (it changes only
   // when a node arrives, leaves or is lost, and they watch only the decider meanwhile).
-  if (w.rounds % 4 == 0 || decider(w) == me) {
-    refresh(w.roll, read);
-    std::lock_guard<std::mutex> lock(mutex_);
-    lost_nodes_.insert(w.roll.lost.begin(), w.roll.lost.end());
-  }
+  if (w.rounds % 4 == 0 || decider(w) == me) refresh(w.roll, read);
   // The decider watches every other live node; every other node watches the decider.
   const int lead = decider(w);
   std::vector<int> watched;
@@ -821,12 +855,12 @@ void ControlEngine::watch_peers(Watch& w, int generation, const std::vector<int>
     watched.push_back(lead);
   }
   std::vector<std::string> keys;
-  for (int n : watched) keys.push_back(name(gen("hb", n)));
+  for (int n : watched) keys.push_back(name("hb/" + *w.roll.launcher(n)));
   const std::vector<std::optional<std::string>> values = store.get(keys);
   const auto now = Clock::now();
   for (std::size_t i = 0; i < watched.size(); ++i) {
     const int n = watched[i];
-    Watch::Beat& beat = w.beats[n];
+    Watch::Beat& beat = w.beats[*w.roll.launcher(n)];
     // A beat counts when it verifies: a stranger's value (or a deleted cell) is no sign of life.
     const bool fresh = values[i] && open_entry(keys[i], *values[i]) && *values[i] != beat.value;
     if (beat.value.empty() || fresh) {
@@ -846,8 +880,7 @@ void ControlEngine::watch_peers(Watch& w, int generation, const std::vector<int>
   RosterCursor cursor = 0;
   for (const Entry& e : read_entries(store, "waiting", cursor)) {
     const int n = e.node;
-    if (contains(members, n) || w.roll.lost.count(n) || w.roll.bye.count(n) ||
-        !w.roll.present.count(n)) {
+    if (contains(members, n) || !w.roll.live(n)) {
       continue;
     }
     w.admissions.insert(generation);
@@ -862,19 +895,16 @@ void ControlEngine::watch_peers(Watch& w, int generation, const std::vector<int>
 
 void ControlEngine::declare_lost(Watch& w, int node, int generation,
                                  const std::vector<int>& members) {
-  if (!w.declared.insert({generation, node}).second) return;
-  w.roll.lost.insert(node);
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    lost_nodes_.insert(node);
-  }
+  const std::string launcher = *w.roll.launcher(node);
+  if (!w.declared.insert({generation, launcher}).second) return;
+  w.roll.lost.insert(launcher);
   const FailureRecord lost{node, std::nullopt, 1,
                            "node " + std::to_string(node) +
                                "'s launcher stopped answering (no heartbeat for " +
                                seconds_text(options_.heartbeat_timeout) + " s)"};
   spdlog::error("{}", lost.what);
   ControlStore& store = *watch_store_;
-  append(store, "lost", std::to_string(node));
+  append(store, "lost", launcher);
   if (generation >= 0 && contains(members, node)) end_generation(store, generation, lost);
   // A fixed-size job cannot go on without it; an elastic one forms the next generation.
   if (!options_.elastic()) publish_failure(store, lost);
@@ -895,7 +925,7 @@ void ControlEngine::leave() {
   };
   refresh(roll, read);
   for (const auto& [node, launcher] : roll.present) {
-    if (!roll.bye.count(node) && !roll.lost.count(node)) return;
+    if (roll.live(node)) return;
   }
   const std::optional<std::string> pointer = store_->get({"run"}).front();
   if (pointer) {
@@ -949,16 +979,9 @@ std::optional<FailureRecord> ControlEngine::finish() {
     };
     while (true) {
       refresh(roll, read);
-      std::set<int> lost_now;
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        lost_now = lost_nodes_;
-      }
       std::set<int> pending;
       for (const auto& [node, launcher] : roll.present) {
-        if (!roll.bye.count(node) && !roll.lost.count(node) && !lost_now.count(node)) {
-          pending.insert(node);
-        }
+        if (roll.live(node)) pending.insert(node);
       }
       if (pending.empty()) break;
       if (!linger) {
@@ -1009,7 +1032,7 @@ void ControlEngine::abandon() {
       refresh(roll, read);
       bool pending = false;
       for (const auto& [node, launcher] : roll.present) {
-        if (!roll.bye.count(node) && !roll.lost.count(node)) pending = true;
+        if (roll.live(node)) pending = true;
       }
       if (!pending) return;
       store_->wait(name("bye"), roll.bye_at, kControlPollInterval);

@@ -105,9 +105,12 @@ class ControlEngine final : public Control {
   std::optional<FailureRecord> job_failure(ControlStore& store);
   std::optional<FailureRecord> failure_in(const Entry& entry, ControlStore& store);
   void check_not_over(const std::string& while_doing);
-  std::optional<Presentation> presentation_of(int node);
+  // Node `node`'s presentation (by `launcher`, when not empty), nullopt while there is none.
+  std::optional<Presentation> presentation_of(int node, const std::string& launcher);
   void compare_with(int node, const Presentation& theirs);
   std::vector<int> live_nodes(Watch& watch);
+  // This launcher (not only its node rank) takes part in `m`.
+  bool is_member(const Members& m) const;
   int decider(Watch& watch);
   // Reads what is new in "described": every node's presentation, for the decider.
   void read_presentations();
@@ -144,8 +147,7 @@ class ControlEngine final : public Control {
 
   mutable std::mutex mutex_;
   mutable std::set<std::string> refused_;  // names whose refusal was logged
-  std::set<int> checked_;                  // nodes whose description was compared with this one's
-  std::set<int> lost_nodes_;               // known lost (the watcher)
+  std::set<std::string> checked_;  // launchers whose description was compared with this one's
   int current_generation_ = -1;
   std::vector<int> current_members_;
   std::optional<FailureRecord> seen_failure_;

@@ -221,10 +221,12 @@ std::string encode_members(const Members& members) {
     for (const env::Endpoint& e : node) list.push_back(e.str());
     endpoints.push_back(list);
   }
-  return to_text(json{{"record", kMembersKind},
-                      {"generation", members.generation},
-                      {"nodes", members.nodes},
-                      {"endpoints", endpoints}});
+  json record{{"record", kMembersKind},
+              {"generation", members.generation},
+              {"nodes", members.nodes},
+              {"endpoints", endpoints}};
+  if (!members.launchers.empty()) record["launchers"] = members.launchers;
+  return to_text(record);
 }
 
 Members decode_members(const std::string& text, std::string_view source) {
@@ -259,6 +261,14 @@ Members decode_members(const std::string& text, std::string_view source) {
       }
     }
     m.endpoints.push_back(std::move(node));
+  }
+  if (r.has("launchers")) {
+    const json& launchers = r.array("launchers");
+    if (launchers.size() != m.nodes.size()) r.fail("\"launchers\" does not match \"nodes\"");
+    for (const json& l : launchers) {
+      if (!l.is_string()) r.fail("an entry of \"launchers\" is not a string");
+      m.launchers.push_back(l.get<std::string>());
+    }
   }
   return m;
 }

@@ -96,6 +96,9 @@ struct Members {
   int generation = 0;
   std::vector<int> nodes;                             // ascending, not empty
   std::vector<std::vector<env::Endpoint>> endpoints;  // nodes[i]'s, not empty; one per node
+  // nodes[i]'s launcher (the engine's id of it), so that a launcher that took the rank of a lost
+  // one is not taken for it; empty in a record that names none.
+  std::vector<std::string> launchers;
 };
 
 std::string encode_members(const Members& members);
@@ -109,6 +112,7 @@ struct Presentation {
   std::vector<env::Endpoint> endpoints;  // not empty
   std::string job_id;                    // node 0's is not empty
   std::string job_secret;                // may be empty
+  std::string launcher;  // not encoded: the presenting launcher, as its record's reader knows it
 };
 
 std::string encode_presentation(const Presentation& p);

@@ -413,6 +413,34 @@ TEST_P(EngineTest, AnElasticJobSurvivesItsDecidersCrash) {
   EXPECT_EQ(records_left(), 0u);
 }
 
+// Elastic 2:3: node 2 crashes; a new launcher without a node rank takes rank 2 (its holder was
+// lost) and is admitted into the next generation with the others.
+TEST_P(EngineTest, ANewLauncherTakesTheRankOfALostNode) {
+  std::vector<Running> nodes = start(3, 2);
+  nodes[2].engine.reset();
+  ASSERT_TRUE(
+      wait_until([&] { return nodes[0].stop->generation_failure(Generation(0)).has_value(); },
+                 milliseconds(4000)));
+  std::unique_ptr<ControlEngine> again = node(options(kAutoNodeRank, 3, 2));
+  EXPECT_EQ(again->node_rank(), 2);
+  auto joined = std::async(std::launch::async, [&] {
+    again->rendezvous(description(2), endpoints("127.0.0.9", 9000, 2), "");
+    return again->join_generation(Generation());
+  });
+  auto m1 = std::async(std::launch::async,
+                       [&] { return nodes[1].engine->join_generation(Generation(1)); });
+  const Membership m0 = nodes[0].engine->join_generation(Generation(1));
+  EXPECT_EQ(m0.nodes, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(m1.get().nodes, m0.nodes);
+  const Membership m2 = joined.get();
+  EXPECT_EQ(m2.generation, Generation(1));
+  EXPECT_EQ(m2.endpoints, m0.endpoints);
+  EXPECT_EQ(m2.endpoints.back().host, "127.0.0.9");
+  again->abandon();
+  nodes[1].engine->abandon();
+  nodes[0].engine->abandon();
+}
+
 // --- what the engine trusts
 // ------------------------------------------------------------------------
 

@@ -1,7 +1,8 @@
 // The etcd v3 gateway client against a real 3-member etcd cluster the test starts
 // (tests/support/etcd_cluster.h): keys and values (binary too), transactions (create-once, value
-// and mod-revision compares, a CAS counter from two threads, range results), watches (events from another client, the timeout, history, compaction),
-// failover when the member it talks to is killed or silent, and the error when none answers.
+// and mod-revision compares, a CAS counter from two threads, range results), watches (events from
+// another client, the timeout, history, compaction), failover when the member it talks to is killed
+// or silent, and the error when none answers.
 #include "launcher/coord/etcd_client.h"
 
 #include <gtest/gtest.h>
@@ -13,9 +14,8 @@
 #include <cstdlib>
 #include <future>
 #include <memory>
-#include <thread>
-
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "net/ports.h"
 #include "tests/support/etcd_cluster.h"
@@ -129,9 +129,11 @@ TEST_F(EtcdClientTest, TxnCreateOnceAndValueCompare) {
   EXPECT_EQ(second.ranges[0][0].value, "node-a");
   EXPECT_EQ(c->get("txn/owner")->value, "node-a");
 
-  EXPECT_FALSE(c->txn({Compare::value_is("txn/owner", "node-b")}, {Op::erase("txn/owner")}).succeeded);
+  EXPECT_FALSE(
+      c->txn({Compare::value_is("txn/owner", "node-b")}, {Op::erase("txn/owner")}).succeeded);
   EXPECT_FALSE(c->txn({Compare::value_is("txn/nobody", "")}, {Op::put("txn/x", "1")}).succeeded);
-  EXPECT_TRUE(c->txn({Compare::value_is("txn/owner", "node-a")}, {Op::erase("txn/owner")}).succeeded);
+  EXPECT_TRUE(
+      c->txn({Compare::value_is("txn/owner", "node-a")}, {Op::erase("txn/owner")}).succeeded);
   EXPECT_FALSE(c->get("txn/owner").has_value());
   // mod_revision_is(key, 0): the key does not exist.
   EXPECT_TRUE(c->txn({Compare::mod_revision_is("txn/owner", 0)}, {}).succeeded);
@@ -143,10 +145,9 @@ TEST_F(EtcdClientTest, TxnReturnsRangesInOrder) {
   c->put("rg/a/1", "a1");
   c->put("rg/a/2", "a2");
   c->put("rg/b", "b");
-  const TxnResult r =
-      c->txn({Compare::absent("rg/none")},
-             {Op::get_prefix("rg/a/"), Op::put("rg/c", "c"), Op::get("rg/b"), Op::get("rg/zz"),
-              Op::erase_prefix("rg/a/"), Op::get_prefix("rg/")});
+  const TxnResult r = c->txn({Compare::absent("rg/none")},
+                             {Op::get_prefix("rg/a/"), Op::put("rg/c", "c"), Op::get("rg/b"),
+                              Op::get("rg/zz"), Op::erase_prefix("rg/a/"), Op::get_prefix("rg/")});
   ASSERT_TRUE(r.succeeded);
   ASSERT_EQ(r.ranges.size(), 4u);
   EXPECT_EQ(keys_of(r.ranges[0]), (std::vector<std::string>{"rg/a/1", "rg/a/2"}));
