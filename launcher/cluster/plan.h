@@ -7,7 +7,7 @@
 // - with `started_port` P every node's endpoints are ip:P..P+n-1; without it a single node asks
 //   the port picker for n free ports (rank 0's first when `rank0_port` is set);
 // - a multi-node job passes the endpoints every node published through the control store
-//   (launcher/coord/control.h) as `cluster_endpoints`, with this node's `node_rank`: the plan then
+//   (launcher/coord/engine.h) as `cluster_endpoints`, with this node's `node_rank`: the plan then
 //   takes the node list from them, whatever the config says;
 // - each local worker gets the env::WorkerContract variables, plus OMP_NUM_THREADS and (trainers)
 //   TORCH_NCCL_ASYNC_ERROR_HANDLING=1 when the caller has not set them, plus DDL_LOG_LEVEL when

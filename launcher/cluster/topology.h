@@ -1,5 +1,5 @@
 // Which nodes form the job and which one this is: the launcher's three spellings mapped onto one
-// description (a pure function of the options and the environment; launcher/coord/control.h does the
+// description (a pure function of the options and the environment; launcher/coord/engine.h does the
 // talking).
 //
 // - Paddle's: --cluster_node_ips=A,B,... (IPv4 addresses or host names) and --node_ip=B: node
@@ -52,7 +52,7 @@ struct NodeTopology {
   int node_rank = 0;
   // No node rank given where the launcher's spelling lets node 0 hand them out (torchrun's c10d
   // backend, Paddle's --master without --rank): node_rank is known once the control channel is
-  // up (launcher/coord/control.h, kAutoNodeRank).
+  // up (launcher/coord/engine.h, kAutoNodeRank).
   bool auto_node_rank = false;
   std::vector<std::string> hosts;  // every node's address, when given (not with torchrun's)
   // This node's address in its workers' endpoints; unset: find the route towards control.host.

@@ -3,8 +3,6 @@
 #include <spdlog/spdlog.h>
 
 #include "launcher/coord/engine.h"
-#include "launcher/coord/etcd_control_store.h"
-#include "launcher/coord/tcp_control_store.h"
 
 namespace ddl::launcher {
 
@@ -75,12 +73,9 @@ Membership membership_of(const Members& members, int me, bool equal_node_sizes) 
 
 std::unique_ptr<Control> make_control(const ControlOptions& options) {
   ControlOptions o = options;
-  std::unique_ptr<ControlStore> store;
-  if (o.etcd()) {
-    store = std::make_unique<EtcdControlStore>(o);
-  } else {
-    store = std::make_unique<TcpControlStore>(o);  // may make this launcher node 0
-  }
+  // The TCP store may make this launcher node 0 (kAutoNodeRank).
+  std::unique_ptr<ControlStore> store =
+      o.etcd() ? make_etcd_control_store(o) : make_tcp_control_store(o);
   return std::make_unique<ControlEngine>(o, std::move(store));
 }
 

@@ -1,9 +1,9 @@
 // The control plane of a multi-node job: what the launchers of its nodes agree on through it
 // (join, generations, failures, heartbeats, elastic admission). One engine
 // (launcher/coord/engine.h) decides everything, over one of two stores (control_store.h):
-// - node 0's TCP store (tcp_control_store.h): node 0's launcher hosts it; the job lives as long
+// - node 0's TCP store: node 0's launcher hosts it; the job lives as long
 //   as node 0 does (as torchrun's c10d rendezvous);
-// - an etcd cluster (etcd_control_store.h): no node is special, so the job survives the loss of
+// - an etcd cluster: no node is special, so the job survives the loss of
 //   any node (as torchrun's etcd rendezvous and Paddle's etcd master).
 // make_control() picks the store from ControlOptions::etcd_endpoints; nothing above this
 // interface (launcher/job/) knows which.

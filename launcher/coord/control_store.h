@@ -1,7 +1,7 @@
 // What the control-plane engine (launcher/coord/engine.h) needs of the place the launchers of a
 // job share: append-only rosters, single-writer cells, one compare-and-set, a wait. Three short
-// implementations: node 0's TCP store (tcp_control_store.h), an etcd v3 cluster
-// (etcd_control_store.h) and memory (memory_control_store.h, for tests). Everything the job
+// implementations (made by the functions at the end): node 0's TCP store, an etcd v3 cluster and
+// memory (for tests). Everything the job
 // decides (who holds a node rank, the members of a generation, how it ended, the job's failure) is
 // a rule of the engine over these primitives, written once.
 //
@@ -15,12 +15,16 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "launcher/coord/control_plane.h"
 #include "launcher/coord/records.h"
 
 namespace ddl::launcher {
@@ -75,5 +79,41 @@ class ControlStore {
   // "node 0's control store at 10.0.0.1:29500", "etcd at h1:2379, h2:2379 (keys /ddl/job/)".
   virtual std::string where() const = 0;
 };
+
+// The stores (each a short file of its own):
+//
+// Node 0's TCP store (tcp_control_store.cpp): node 0's launcher hosts a TcpStoreServer (the
+// worker store's code, admitting holders of the job's secret or of a munge credential) and every
+// launcher, node 0's included, connects to it, retrying until the rendezvous deadline. The job
+// lives as long as node 0 does (as torchrun's c10d rendezvous). A roster is a ticket counter
+// "<roster>/n" and one key per entry "<roster>/<ticket>", read incrementally. Under
+// kAutoNodeRank the launcher that can host the store at the endpoint (its address is this
+// machine's and the port is free: the first one there) becomes node 0 (`options.node_rank` is set
+// to 0). Throws ControlError; for a node that finds no store at node 0's address, one that says
+// node 0's rendezvous deadline may have passed or the job started or ended without it.
+std::unique_ptr<ControlStore> make_tcp_control_store(ControlOptions& options);
+
+// etcd v3 (--rdzv_backend=etcd|etcd-v2, --master=etcd://...; etcd_control_store.cpp): no
+// launcher is special, so the job outlives any node, node 0 included. Every name lives under
+// "/ddl/<job id>/". A roster entry is a key "<roster>/<writer>.<n>" ordered by its create
+// revision (etcd's one order of writes, the same for every reader), so a cursor is a revision and
+// a wait is a watch from the next one. Reaches the cluster, retrying until the rendezvous
+// deadline (a ControlError naming every endpoint tried when none answered), over TLS and with
+// etcd's authentication as options.etcd_security says. Refuses munge admission (the launchers of
+// an etcd job share DDL_JOB_SECRET instead).
+std::unique_ptr<ControlStore> make_etcd_control_store(const ControlOptions& options);
+
+// Memory (memory_control_store.cpp): every launcher of a test's job is a thread of one process
+// with a store over the same state, so the engine's tests run every case (and every forged or
+// deleted record) in milliseconds, against the rules the TCP and etcd stores run. Tests may write
+// to the state directly, as a stranger would.
+struct MemoryControlState {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::map<std::string, std::vector<std::string>> rosters;
+  std::map<std::string, std::string> cells;
+  bool outlives_launchers = true;
+};
+std::unique_ptr<ControlStore> make_memory_control_store(std::shared_ptr<MemoryControlState> state);
 
 }  // namespace ddl::launcher

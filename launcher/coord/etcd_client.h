@@ -1,6 +1,6 @@
 // A client of etcd's v3 API through its gRPC gateway (HTTP/1.1 + JSON, `POST /v3/...`), over
 // Boost.Beast, over TLS when asked and with etcd's user authentication: what the etcd control
-// store (launcher/coord/etcd_control_store.h) needs of etcd, no more. Keys and values are byte
+// store (launcher/coord/control_store.h) needs of etcd, no more. Keys and values are byte
 // strings (base64 on the wire, as the gateway wants); int64 fields travel as JSON strings.
 //
 // Endpoints are the cluster members' client URLs as HOST:PORT, tried in order: a request that

@@ -3,7 +3,7 @@
 // that node 0's munged decodes was made on a node of this cluster, by the uid munge says. Under
 // Slurm without DDL_JOB_SECRET the launchers admit each other with such credentials
 // (launcher/job/job.cpp) and node 0 then hands every node the workers' secret through the
-// authenticated store (ControlChannel::Agreement).
+// authenticated store (Control::Agreement).
 //
 // - MungeClient: encode a payload into a credential / decode one, through the munged at one
 //   socket (libmunge, munge.h); a failure is a MungeError saying which (munged unreachable at

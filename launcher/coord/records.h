@@ -67,7 +67,7 @@ std::string decode_job_secret(const std::string& text, std::string_view source);
 
 // The first failure of a job, as stored under "failed".
 struct FailureRecord {
-  int node = 0;             // >= 0; -1 only for an unreadable record (ControlChannel's stand-in)
+  int node = 0;             // >= 0; -1 only for an unreadable record (a stand-in)
   std::optional<int> rank;  // >= 0 when set
   int exit_code = 1;        // 0..255
   std::string what;
@@ -90,7 +90,7 @@ std::optional<FailureRecord> decode_generation_end(const std::string& text, int 
                                                    std::string_view source);
 
 // Which nodes take part in one generation of the job and their workers' endpoints (node 0
-// decides and gathers them, launcher/coord/control.h), so that every other node reads its
+// decides and gathers them, launcher/coord/engine.h), so that every other node reads its
 // generation in one request.
 struct Members {
   int generation = 0;

@@ -70,7 +70,7 @@ std::optional<std::string> non_empty(const env::EnvMap& env, const char* name) {
   return value;
 }
 
-// What every node of a multi-node job must agree on (launcher/coord/control.h compares it).
+// What every node of a multi-node job must agree on (launcher/coord/engine.h compares it).
 JobDescription describe_job(const LaunchOptions& options, const NodeTopology& topology) {
   std::string hosts;
   for (const auto& h : topology.hosts) hosts += (hosts.empty() ? "" : ",") + h;

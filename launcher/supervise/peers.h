@@ -17,7 +17,7 @@
 namespace ddl::launcher {
 
 // What ended this node's part of the job for good (no restart follows), or one generation of it:
-// reported to the other nodes of a multi-node job (launcher/coord/control.h).
+// reported to the other nodes of a multi-node job (launcher/coord/engine.h).
 struct FailureNotice {
   std::optional<int> rank;  // the failed trainer's global rank; unset for a server, the hang
                             // guard or a signal
@@ -28,7 +28,7 @@ struct FailureNotice {
 };
 
 // What the other nodes of a multi-node job tell this node's supervisor, from another thread (the
-// control connection's watcher, launcher/coord/control.h). Thread-safe.
+// control connection's watcher, launcher/coord/engine.h). Thread-safe.
 // - request(): the job is over (another node failed for good, or node 0 is gone): stop the
 //   processes like after a local failure (SIGTERM, SIGKILL after kill_timeout), never restart,
 //   end with `exit_code`. Only the first request counts; one made before supervise() starts is

@@ -77,7 +77,7 @@ struct SupervisorOptions {
   // Lets another thread stop the job (see ExternalStop). May be null.
   std::shared_ptr<ExternalStop> external_stop;
 
-  // A job of several nodes, run as one (launcher/coord/control.h). Both may be empty (one node).
+  // A job of several nodes, run as one (launcher/coord/engine.h). Both may be empty (one node).
   // on_generation_failure: called on the supervisor's thread as soon as a generation fails here
   // (a process failed, the hang guard fired), whether or not a restart follows, before
   // on_failure. on_generation_success: called when every process of this node's generation

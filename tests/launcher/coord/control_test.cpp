@@ -131,11 +131,13 @@ TEST(ControlRecords, MembersRoundTripAndMalformedOnesAreRefused) {
   const Members m{3,
                   {0, 2, 5},
                   {endpoints("127.0.0.1", 9000, 2), endpoints("127.0.0.3", 7000, 2),
-                   endpoints("127.0.0.6", 7100, 1)}};
+                   endpoints("127.0.0.6", 7100, 1)},
+                  {"a", "b", "c"}};
   const Members back = decode_members(encode_members(m), "test");
   EXPECT_EQ(back.generation, 3);
   EXPECT_EQ(back.nodes, m.nodes);
   EXPECT_EQ(back.endpoints, m.endpoints);
+  EXPECT_EQ(back.launchers, m.launchers);
   for (const char* bad :
        {R"({"record":"members","generation":1,"nodes":[],"endpoints":[]})",
         R"({"record":"members","generation":1,"nodes":[2,1],"endpoints":[["a:1"],["a:2"]]})",
@@ -150,7 +152,7 @@ TEST(ControlRecords, MembersRoundTripAndMalformedOnesAreRefused) {
 }
 
 TEST(ControlRecords, PresentationsRoundTripAndMalformedOnesAreRefused) {
-  const Presentation p{description(2), endpoints("127.0.0.1", 9000, 2), "job-1", ""};
+  const Presentation p{description(2), endpoints("127.0.0.1", 9000, 2), "job-1", "", ""};
   const Presentation back = decode_presentation(encode_presentation(p), "test");
   EXPECT_EQ(back.description, p.description);
   EXPECT_EQ(back.endpoints, p.endpoints);

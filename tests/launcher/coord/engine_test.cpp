@@ -16,9 +16,6 @@
 #include <thread>
 
 #include "launcher/coord/etcd_client.h"
-#include "launcher/coord/etcd_control_store.h"
-#include "launcher/coord/memory_control_store.h"
-#include "launcher/coord/tcp_control_store.h"
 #include "net/auth.h"
 #include "tests/launcher/coord/control_fixtures.h"
 #include "tests/support/etcd_cluster.h"
@@ -90,11 +87,11 @@ class EngineTest : public ::testing::TestWithParam<Kind> {
   std::unique_ptr<ControlStore> store(ControlOptions& o) const {
     switch (GetParam()) {
       case Kind::kMemory:
-        return std::make_unique<MemoryControlStore>(state_);
+        return make_memory_control_store(state_);
       case Kind::kTcp:
-        return std::make_unique<TcpControlStore>(o);
+        return make_tcp_control_store(o);
       case Kind::kEtcd:
-        return std::make_unique<EtcdControlStore>(o);
+        return make_etcd_control_store(o);
     }
     return nullptr;
   }

@@ -195,7 +195,7 @@ std::string refusal_of(const TcpStoreOptions& o) {
   return "";
 }
 
-TEST(MungeControlChannel, LaunchersAdmittedByMungeAgreeOnNodeZerosSecret) {
+TEST(MungeControlPlane, LaunchersAdmittedByMungeAgreeOnNodeZerosSecret) {
   TestMunged munged;
   SKIP_WITHOUT(munged);
   const auto admission =

@@ -11,7 +11,7 @@
 
 #include "env/file.h"
 #include "launcher/cluster/plan.h"
-#include "launcher/coord/control.h"
+#include "launcher/coord/control_plane.h"
 #include "launcher/supervise/supervisor.h"
 #include "launcher/supervise/worker_lookup.h"
 #include "net/ports.h"
