@@ -153,10 +153,29 @@ class EnvironmentDefaults {
       add_torchrun_master(given);
     }
     if (!given.has("nproc_per_node") && !given.has("selected_gpus")) add("nproc_per_node", "PET_");
-    for (const char* flag : {"max_restarts", "rdzv_id", "rdzv_conf", "rdzv_backend", "role",
-                             "log_dir", "local_addr"}) {
+    for (const std::string& flag : others_with("PET_")) {
       if (!given.has(flag)) add(flag, "PET_");
     }
+  }
+
+  // The flags that describe the nodes and the ranks per node: their variables apply by the
+  // rules above and below (one spelling of the nodes wins), not one by one.
+  static bool describes_nodes(const std::string& flag) {
+    for (const char* f : {"nnodes", "node_rank", "master_addr", "master_port", "rdzv_endpoint",
+                          "master", "cluster_node_ips", "nproc_per_node", "selected_gpus"}) {
+      if (flag == f) return true;
+    }
+    return false;
+  }
+  // Every other flag the table gives a `prefix` variable, in the table's order.
+  static std::vector<std::string> others_with(const std::string& prefix) {
+    std::vector<std::string> out;
+    for (const FlagSpec& f : flag_table()) {
+      for (const FlagVariable& v : f.variables) {
+        if (v.name.rfind(prefix, 0) == 0 && !describes_nodes(f.name)) out.push_back(f.name);
+      }
+    }
+    return out;
   }
 
   // Node 0 by --master_addr/--master_port (torchrun's static backend) or --rdzv_endpoint (c10d);
@@ -202,7 +221,7 @@ class EnvironmentDefaults {
         add("nproc_per_node", "PADDLE_");
       }
     }
-    for (const char* flag : {"job_id", "log_dir", "max_restarts", "log_level", "started_port"}) {
+    for (const std::string& flag : others_with("PADDLE_")) {
       if (!flags_.has(flag)) add(flag, "PADDLE_");
     }
     // The fleet launcher's first port (launch_utils.py, cloud_utils.py), after Paddle 2.x's.
@@ -233,7 +252,13 @@ std::optional<std::string> GivenFlags::variable_of(const std::string& flag,
   return std::nullopt;
 }
 
+bool GivenFlags::has(const std::string& name) const {
+  flag(name);  // a name of the table (std::logic_error otherwise)
+  return flags_.count(name) > 0;
+}
+
 std::optional<GivenFlag> GivenFlags::get(const std::string& name) const {
+  flag(name);
   const auto it = flags_.find(name);
   if (it == flags_.end()) return std::nullopt;
   // The spellings given, in the table's order (the flag's name first).

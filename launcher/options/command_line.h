@@ -28,8 +28,11 @@ class GivenFlags {
  public:
   void add(const FlagSpec& spec, const std::string& spelling, std::string value,
            std::string variable = {});
+  // Every name asked about must be a flag of the table: a name that is not (a misspelling in the
+  // code) throws std::logic_error, so every parse in the tests fails on it, never a silent "not
+  // given".
   // True when any spelling of `name` was given.
-  bool has(const std::string& name) const { return flags_.count(name) > 0; }
+  bool has(const std::string& name) const;
   // The flag as given; nullopt when absent. Throws OptionsError for two reported spellings.
   std::optional<GivenFlag> get(const std::string& name) const;
   // The value given (`name` must have been given).

@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -25,6 +26,31 @@ TEST(FlagTable, DocsFlagReferenceIsTheTables) {
   EXPECT_EQ(flag_reference_in(page.str()), flag_reference_markdown())
       << path << " and the flag table (launcher/options/flags.cpp) disagree; update the page "
       << "with: build/bin/flag_reference --write docs/flags.md";
+}
+
+// Every flag name the options code asks the command line about (`r.has("nnodes")`,
+// `given.value("master")`, ...) is a flag of the table: a misspelt one fails here, whether or not
+// a test happens to run the line that holds it (GivenFlags also throws when it runs).
+TEST(FlagTable, EveryNameTheCodeAsksAboutIsAFlag) {
+  const std::regex lookup(
+      R"re(\.(has|value|get|integer|seconds|boolean|name_value|choice|has_value|add)\("([a-z_]+)")re");
+  std::set<std::string> names;
+  for (const char* file :
+       {"options.cpp", "command_line.cpp", "launch_ps.cpp", "values.cpp", "rank_mapping.cpp"}) {
+    const std::string path = std::string(DDL_SOURCE_DIR) + "/launcher/options/" + file;
+    std::ifstream in(path);
+    ASSERT_TRUE(in) << path;
+    std::ostringstream text;
+    text << in.rdbuf();
+    const std::string code = text.str();
+    for (auto it = std::sregex_iterator(code.begin(), code.end(), lookup);
+         it != std::sregex_iterator(); ++it) {
+      names.insert((*it)[2].str());
+      EXPECT_NO_THROW(flag((*it)[2].str()))
+          << path << ": --" << (*it)[2].str() << " is not in the flag table";
+    }
+  }
+  EXPECT_GT(names.size(), 40u) << "the pattern no longer finds the code's lookups";
 }
 
 TEST(FlagTable, EverySpellingNamesOneFlag) {
