@@ -66,7 +66,7 @@ class ArgvReader {
     const FlagSpec& f = *match->spec;
     typed_.push_back(TypedSpelling{&f, name});
     if (f.is_refused()) {
-      throw OptionsError("--" + f.name + " (" + origin_name(f.also_in.front()) +
+      throw OptionsError("--" + f.name + " (" + launcher_name(f.also_in.front()) +
                          "'s): " + f.refused);
     }
     if (f.arity == Arity::kSwitch) {

@@ -80,7 +80,7 @@ std::string help_line(const FlagSpec& f) {
   std::vector<std::string> aliases;
   for (const Spelling& s : f.aliases) {
     std::vector<std::string> launchers;
-    for (Origin o : s.origins) launchers.push_back(origin_name(o));
+    for (Dialect o : s.origins) launchers.push_back(launcher_name(o));
     aliases.push_back("--" + s.name + " (" + listed(launchers, "", "") + ")");
   }
   text += listed(aliases, "; also ", "");
@@ -94,27 +94,27 @@ std::string help_line(const FlagSpec& f) {
 }
 
 // The markdown cell of the other launchers' spellings of `f` from `origins`.
-std::string spellings_in(const FlagSpec& f, std::initializer_list<Origin> origins) {
+std::string spellings_in(const FlagSpec& f, std::initializer_list<Dialect> origins) {
   std::vector<std::string> parts;
-  for (Origin origin : origins) {
+  for (Dialect origin : origins) {
     std::vector<std::string> names;
-    for (Origin o : f.also_in) {
+    for (Dialect o : f.also_in) {
       if (o == origin) names.push_back(f.name);
     }
     for (const Spelling& s : f.aliases) {
-      for (Origin o : s.origins) {
+      for (Dialect o : s.origins) {
         if (o == origin) names.push_back(s.name);
       }
     }
     for (const std::string& name : names) {
       std::string cell;
-      if (origin == Origin::kTorchrun) {
+      if (origin == Dialect::kTorchrun) {
         if (f.short_name && name == f.name) cell = std::string("`-") + f.short_name + "`, ";
         cell += "`--" + dashes(name) + "`";
       } else {
-        const std::string label = origin == Origin::kPaddle18   ? "1.8 "
-                                  : origin == Origin::kFleetrun ? "fleetrun "
-                                                                : "2.x ";
+        const std::string label = origin == Dialect::kPaddle18   ? "1.8 "
+                                  : origin == Dialect::kFleetrun ? "fleetrun "
+                                                                 : "2.x ";
         cell = label + "`--" + name + "`";
       }
       parts.push_back(cell);
@@ -159,8 +159,9 @@ std::string markdown_row(const FlagSpec& f) {
     meaning += listed(variables, " Environment: ", ".");
   }
   return "| " + escape_pipes(launch_cell) + " | " +
-         escape_pipes(spellings_in(f, {Origin::kTorchrun})) + " | " +
-         escape_pipes(spellings_in(f, {Origin::kPaddle18, Origin::kFleetrun, Origin::kPaddle2})) +
+         escape_pipes(spellings_in(f, {Dialect::kTorchrun})) + " | " +
+         escape_pipes(
+             spellings_in(f, {Dialect::kPaddle18, Dialect::kFleetrun, Dialect::kPaddle2})) +
          " | " + escape_pipes(meaning) + " |\n";
 }
 

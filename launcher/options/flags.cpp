@@ -60,15 +60,15 @@ class Flag {
     spec_.default_text = std::move(text);
     return *this;
   }
-  Flag& alias(std::string name, Origin origin, bool reported = false) {
+  Flag& alias(std::string name, Dialect origin, bool reported = false) {
     spec_.aliases.push_back(Spelling{std::move(name), {origin}, reported});
     return *this;
   }
-  Flag& alias(std::string name, std::initializer_list<Origin> origins, bool reported = false) {
+  Flag& alias(std::string name, std::initializer_list<Dialect> origins, bool reported = false) {
     spec_.aliases.push_back(Spelling{std::move(name), origins, reported});
     return *this;
   }
-  Flag& also_in(std::initializer_list<Origin> origins) {
+  Flag& also_in(std::initializer_list<Dialect> origins) {
     spec_.also_in.insert(spec_.also_in.end(), origins.begin(), origins.end());
     return *this;
   }
@@ -98,7 +98,7 @@ class Flag {
     return *this;
   }
   // A flag of `origin` that launch refuses with the one-line error `why`.
-  Flag& refused(std::string why, Origin origin = Origin::kTorchrun) {
+  Flag& refused(std::string why, Dialect origin = Dialect::kTorchrun) {
     spec_.refused = std::move(why);
     spec_.group = FlagGroup::kCompatibility;
     spec_.also_in = {origin};
@@ -138,9 +138,9 @@ std::vector<FlagSpec> workers_and_devices() {
       Flag("selected_gpus")
           .value("0,1,...")
           .group(FlagGroup::kWorkers)
-          .alias("gpus", Origin::kFleetrun, true)
-          .alias("devices", Origin::kPaddle2, true)
-          .also_in({Origin::kPaddle18})
+          .alias("gpus", Dialect::kFleetrun, true)
+          .alias("devices", Dialect::kPaddle2, true)
+          .also_in({Dialect::kPaddle18})
           .paddle("PADDLE_DEVICES", "devices")
           .help("GPU ids, one worker per id; each worker gets FLAGS_selected_gpus=<id>")
           .doc("one worker per id; that worker gets `FLAGS_selected_gpus=<id>`. Ids are distinct "
@@ -156,7 +156,7 @@ std::vector<FlagSpec> workers_and_devices() {
       Flag("nproc_per_node")
           .value("N|auto|cpu|gpu")
           .group(FlagGroup::kWorkers)
-          .also_in({Origin::kTorchrun, Origin::kFleetrun, Origin::kPaddle2})
+          .also_in({Dialect::kTorchrun, Dialect::kFleetrun, Dialect::kPaddle2})
           .pet()
           .paddle("PADDLE_NPROC_PER_NODE")
           .default_is("the number of selected GPUs, else 1")
@@ -174,7 +174,7 @@ std::vector<FlagSpec> workers_and_devices() {
       Flag("backend")
           .value("NAME")
           .group(FlagGroup::kWorkers)
-          .also_in({Origin::kFleetrun})
+          .also_in({Dialect::kFleetrun})
           .default_is("auto")
           .help("auto, gloo (CPU workers, Gloo) or nccl (one GPU per worker, NCCL); given to the "
                 "workers as PADDLE_DISTRI_BACKEND")
@@ -191,14 +191,14 @@ std::vector<FlagSpec> workers_and_devices() {
                   .switch_()
                   .short_name('m')
                   .group(FlagGroup::kWorkers)
-                  .also_in({Origin::kTorchrun})
+                  .also_in({Dialect::kTorchrun})
                   .help("run WORKER as a Python module: PYTHON -u -m WORKER")
                   .done());
   t.push_back(
       Flag("no_python")
           .switch_()
           .group(FlagGroup::kWorkers)
-          .also_in({Origin::kTorchrun})
+          .also_in({Dialect::kTorchrun})
           .help("run WORKER itself even when it ends in .py")
           .doc("run WORKER itself, whatever its name. Without it a WORKER ending in `.py` runs as "
                "`python3 -u SCRIPT ARGS` (the `python3` first on PATH), as under torchrun and "
@@ -209,7 +209,7 @@ std::vector<FlagSpec> workers_and_devices() {
       Flag("run_path")
           .switch_()
           .group(FlagGroup::kWorkers)
-          .also_in({Origin::kTorchrun})
+          .also_in({Dialect::kTorchrun})
           .help("run WORKER as a Python script whatever its name (PYTHON -u WORKER); wins over "
                 "--no_python")
           .doc("WORKER is a script whatever its name: `python3 -u WORKER` in a fresh process (not "
@@ -250,7 +250,7 @@ std::vector<FlagSpec> logs_and_console() {
       Flag("log_dir")
           .value("DIR")
           .group(FlagGroup::kLogs)
-          .also_in({Origin::kTorchrun, Origin::kPaddle18, Origin::kPaddle2})
+          .also_in({Dialect::kTorchrun, Dialect::kPaddle18, Dialect::kPaddle2})
           .pet()
           .paddle("PADDLE_LOG_DIR")
           .help("write rank N's stdout+stderr to DIR/workerlog.N (created if missing)")
@@ -273,7 +273,7 @@ std::vector<FlagSpec> logs_and_console() {
                   .value("LEVEL")
                   .group(FlagGroup::kLogs)
                   .any_dialect()
-                  .also_in({Origin::kPaddle2})
+                  .also_in({Dialect::kPaddle2})
                   .paddle("PADDLE_LOG_LEVEL")
                   .default_is("info")
                   .help("debug|info|warn|error or 10|20|30|40 (also passed to workers)")
@@ -288,7 +288,7 @@ std::vector<FlagSpec> logs_and_console() {
           .boolean("true")
           .group(FlagGroup::kLogs)
           .any_dialect()
-          .also_in({Origin::kPaddle2})
+          .also_in({Dialect::kPaddle2})
           .help("truncate the logs at job start; false appends to them")
           .doc("truncate the logs at job start (Paddle 1.8's behaviour); `false` appends to "
                "existing logs (Paddle 2.x's).")
@@ -296,7 +296,7 @@ std::vector<FlagSpec> logs_and_console() {
   t.push_back(Flag("local_ranks_filter")
                   .value("0,1,...")
                   .group(FlagGroup::kLogs)
-                  .also_in({Origin::kTorchrun})
+                  .also_in({Dialect::kTorchrun})
                   .default_is("local rank 0 with --log_dir, every rank without")
                   .help("show only these local ranks' lines on the console")
                   .done());
@@ -305,7 +305,7 @@ std::vector<FlagSpec> logs_and_console() {
           .value("SPEC")
           .short_name('t')
           .group(FlagGroup::kLogs)
-          .also_in({Origin::kTorchrun})
+          .also_in({Dialect::kTorchrun})
           .help("with --log_dir, also show these local ranks on the console: 0 none, 1|2|3 all, "
                 "or per rank 0:3,1:0")
           .doc("with `--log_dir`, also show these local ranks on the console: 0 none, 1, 2 or 3 "
@@ -317,7 +317,7 @@ std::vector<FlagSpec> logs_and_console() {
           .value("SPEC")
           .short_name('r')
           .group(FlagGroup::kLogs)
-          .also_in({Origin::kTorchrun})
+          .also_in({Dialect::kTorchrun})
           .help("accepted and checked (0-3 or 0:3,1:0); with --log_dir both streams always go to "
                 "the rank's log file")
           .done());
@@ -326,7 +326,7 @@ std::vector<FlagSpec> logs_and_console() {
           .boolean("true")
           .group(FlagGroup::kLogs)
           .any_dialect()
-          .also_in({Origin::kPaddle18})
+          .also_in({Dialect::kPaddle18})
           .help("print the configuration and each rank's environment")
           .doc("print the `Configuration Arguments` block and the environment of this node's "
                "first rank, then of every other rank what differs from it (the job secret "
@@ -352,8 +352,8 @@ std::vector<FlagSpec> nodes() {
       Flag("cluster_node_ips")
           .value("ip1,ip2,...")
           .group(FlagGroup::kNodes)
-          .alias("ips", {Origin::kFleetrun, Origin::kPaddle2}, true)
-          .also_in({Origin::kPaddle18})
+          .alias("ips", {Dialect::kFleetrun, Dialect::kPaddle2}, true)
+          .also_in({Dialect::kPaddle18})
           .paddle("PADDLE_IPS", "ips")
           .default_is("127.0.0.1, or Slurm's node list")
           .help("addresses (IPv4 or host names) of all nodes; ranks are node-major in this order")
@@ -367,8 +367,8 @@ std::vector<FlagSpec> nodes() {
       Flag("node_ip")
           .value("IP")
           .group(FlagGroup::kNodes)
-          .alias("host", Origin::kPaddle2)
-          .also_in({Origin::kPaddle18})
+          .alias("host", Dialect::kPaddle2)
+          .also_in({Dialect::kPaddle18})
           .default_is("127.0.0.1")
           .help("this node's address, one of --cluster_node_ips")
           .doc("this node's address: one of `--cluster_node_ips`; with `--nnodes` the address "
@@ -378,7 +378,7 @@ std::vector<FlagSpec> nodes() {
   t.push_back(Flag("local_addr")
                   .value("HOST")
                   .group(FlagGroup::kNodes)
-                  .also_in({Origin::kTorchrun})
+                  .also_in({Dialect::kTorchrun})
                   .pet()
                   .help("this node's address (the same as --node_ip)")
                   .done());
@@ -386,7 +386,7 @@ std::vector<FlagSpec> nodes() {
       Flag("nnodes")
           .value("N|MIN:MAX")
           .group(FlagGroup::kNodes)
-          .also_in({Origin::kTorchrun, Origin::kPaddle2})
+          .also_in({Dialect::kTorchrun, Dialect::kPaddle2})
           .pet()
           .paddle("PADDLE_NNODES")
           .help("number of nodes (with --node_rank, --master_addr); MIN:MAX for an elastic job "
@@ -404,8 +404,8 @@ std::vector<FlagSpec> nodes() {
           .value("K")
           .integer(0, kMaxNodes - 1)
           .group(FlagGroup::kNodes)
-          .alias("rank", Origin::kPaddle2, true)
-          .also_in({Origin::kTorchrun})
+          .alias("rank", Dialect::kPaddle2, true)
+          .also_in({Dialect::kTorchrun})
           .pet()
           .paddle("PADDLE_RANK", "rank")
           .help("this node's index, 0..nnodes-1")
@@ -418,7 +418,7 @@ std::vector<FlagSpec> nodes() {
       Flag("master_addr")
           .value("HOST")
           .group(FlagGroup::kNodes)
-          .also_in({Origin::kTorchrun})
+          .also_in({Dialect::kTorchrun})
           .pet()
           .help("node 0's address (hosts the control store)")
           .doc("node 0's address; the workers see `MASTER_ADDR`/`MASTER_PORT` as given (rank 0's "
@@ -430,7 +430,7 @@ std::vector<FlagSpec> nodes() {
           .value("P")
           .integer(1, 65535)
           .group(FlagGroup::kNodes)
-          .also_in({Origin::kTorchrun})
+          .also_in({Dialect::kTorchrun})
           .pet()
           .default_is("started_port-1, else 29500")
           .help("multi-node: port of the control store on node 0; with --master_addr and no "
@@ -442,7 +442,7 @@ std::vector<FlagSpec> nodes() {
       Flag("use_paddlecloud")
           .switch_()
           .group(FlagGroup::kNodes)
-          .also_in({Origin::kPaddle18})
+          .also_in({Dialect::kPaddle18})
           .help("take the nodes from PaddleCloud's PADDLE_TRAINERS, POD_IP, PADDLE_TRAINER_ID "
                 "(when PADDLE_TRAINERS_NUM is not 1); the fleet launcher's automatic switch does "
                 "the same without the flag")
@@ -468,7 +468,7 @@ std::vector<FlagSpec> nodes() {
       Flag("master")
           .value("HOST:PORT")
           .group(FlagGroup::kNodes)
-          .also_in({Origin::kPaddle2})
+          .also_in({Dialect::kPaddle2})
           .paddle("PADDLE_MASTER")
           .help("node 0's HOST:PORT, the same as --master_addr HOST --master_port PORT; or "
                 "etcd://HOST[:PORT][,HOST[:PORT]...], an etcd cluster as the control plane")
@@ -482,7 +482,7 @@ std::vector<FlagSpec> nodes() {
       Flag("rank_mapping_file")
           .value("FILE")
           .group(FlagGroup::kNodes)
-          .also_in({Origin::kFleetrun})
+          .also_in({Dialect::kFleetrun})
           .help("with --enable_auto_mapping: a JSON file naming every node and its ranks, "
                 "{\"ip_ranks\": [{\"ip\": \"10.0.0.1\", \"ranks\": [0, 1]}, ...]}")
           .doc("with `--enable_auto_mapping`: a JSON file naming every node and the global ranks "
@@ -500,7 +500,7 @@ std::vector<FlagSpec> nodes() {
       Flag("enable_auto_mapping")
           .boolean("false")
           .group(FlagGroup::kNodes)
-          .also_in({Origin::kFleetrun})
+          .also_in({Dialect::kFleetrun})
           .help("place the ranks as --rank_mapping_file says")
           .doc("place the ranks as `--rank_mapping_file` says (Paddle's `--enable_auto_mapping "
                "true`). Unlike Paddle's, `false` turns it off.")
@@ -518,7 +518,7 @@ std::vector<FlagSpec> rendezvous() {
       Flag("rdzv_endpoint")
           .value("HOST[:PORT]")
           .group(FlagGroup::kNodes)
-          .also_in({Origin::kTorchrun})
+          .also_in({Dialect::kTorchrun})
           .pet()
           .help("node 0's HOST[:PORT] (port default 29400), the same as --master_addr HOST "
                 "--master_port PORT; with --rdzv_backend=etcd the etcd cluster's "
@@ -541,7 +541,7 @@ std::vector<FlagSpec> rendezvous() {
       Flag("rdzv_backend")
           .value("NAME")
           .group(FlagGroup::kNodes)
-          .also_in({Origin::kTorchrun})
+          .also_in({Dialect::kTorchrun})
           .pet()
           .choice({"c10d", "static", "etcd", "etcd-v2"},
                   "expected c10d, static, etcd or etcd-v2 (c10d and static: node 0 hosts the "
@@ -559,7 +559,7 @@ std::vector<FlagSpec> rendezvous() {
                   .value("ID")
                   .name_value()
                   .group(FlagGroup::kNodes)
-                  .also_in({Origin::kTorchrun})
+                  .also_in({Dialect::kTorchrun})
                   .pet()
                   .default_is("DDL_JOB_ID, else a random one")
                   .help("the job's id, given to workers as TORCHELASTIC_RUN_ID")
@@ -569,7 +569,7 @@ std::vector<FlagSpec> rendezvous() {
       Flag("rdzv_conf")
           .value("KEY=VALUE,...")
           .group(FlagGroup::kNodes)
-          .also_in({Origin::kTorchrun})
+          .also_in({Dialect::kTorchrun})
           .pet()
           .help("last_call_timeout=S (elastic jobs: seconds to wait for more nodes once MIN have "
                 "joined, default 30); etcd: protocol=https, cacert=, cert=, key=, username=, "
@@ -585,7 +585,7 @@ std::vector<FlagSpec> rendezvous() {
       Flag("standalone")
           .switch_()
           .group(FlagGroup::kNodes)
-          .also_in({Origin::kTorchrun})
+          .also_in({Dialect::kTorchrun})
           .help("a single-node job with its own rendezvous (the default here; multi-node flags "
                 "are then an error)")
           .doc("a single-node job with its own rendezvous: multi-node flags with it are an error "
@@ -596,8 +596,8 @@ std::vector<FlagSpec> rendezvous() {
           .value("P")
           .integer(1, 65535)
           .group(FlagGroup::kNodes)
-          .alias("start_port", Origin::kPaddle2)
-          .also_in({Origin::kPaddle18})
+          .alias("start_port", Dialect::kPaddle2)
+          .also_in({Dialect::kPaddle18})
           .paddle("PADDLE_START_PORT")
           .paddle("FLAGS_START_PORT")
           .default_is("FLAGS_START_PORT, else free ports (one node), else 6070 (several nodes "
@@ -616,7 +616,7 @@ std::vector<FlagSpec> rendezvous() {
                   .value("NAME")
                   .name_value()
                   .group(FlagGroup::kNodes)
-                  .also_in({Origin::kTorchrun})
+                  .also_in({Dialect::kTorchrun})
                   .pet()
                   .default_is("default")
                   .help("the workers' ROLE_NAME")
@@ -627,7 +627,7 @@ std::vector<FlagSpec> rendezvous() {
           .value("NAME")
           .name_value()
           .group(FlagGroup::kNodes)
-          .also_in({Origin::kPaddle2})
+          .also_in({Dialect::kPaddle2})
           .paddle("PADDLE_JOB_ID")
           .default_is("default")
           .help("the job's name, given to workers as PADDLE_JOB_ID")
@@ -659,8 +659,8 @@ std::vector<FlagSpec> failures() {
           .value("N")
           .integer(0, kMaxRestartsLimit)
           .group(FlagGroup::kFailures)
-          .alias("max_restart", Origin::kPaddle2)
-          .also_in({Origin::kTorchrun})
+          .alias("max_restart", Dialect::kPaddle2)
+          .also_in({Dialect::kTorchrun})
           .pet()
           .paddle("PADDLE_MAX_RESTART")
           .default_is("0")
@@ -688,7 +688,7 @@ std::vector<FlagSpec> failures() {
           .value("S")
           .seconds(true)
           .group(FlagGroup::kFailures)
-          .alias("shutdown_timeout", Origin::kTorchrun)
+          .alias("shutdown_timeout", Dialect::kTorchrun)
           .default_is("10")
           .help("seconds between SIGTERM and SIGKILL when stopping workers")
           .doc("grace between SIGTERM and SIGKILL when stopping workers (torchrun's default is "
@@ -707,7 +707,7 @@ std::vector<FlagSpec> parameter_servers() {
           .value("S")
           .integer(1, kMaxProcessesPerRole)
           .group(FlagGroup::kParameterServer)
-          .also_in({Origin::kFleetrun})
+          .also_in({Dialect::kFleetrun})
           .help("parameter-server job: S servers per node (trainers: --worker_num)")
           .config(ps_only([](const LaunchOptions& o) { return std::to_string(o.server_num); }))
           .done());
@@ -716,8 +716,8 @@ std::vector<FlagSpec> parameter_servers() {
           .value("W")
           .integer(1, kMaxProcessesPerRole)
           .group(FlagGroup::kParameterServer)
-          .alias("trainer_num", Origin::kPaddle2)
-          .also_in({Origin::kFleetrun})
+          .alias("trainer_num", Dialect::kPaddle2)
+          .also_in({Dialect::kFleetrun})
           .default_is("--nproc_per_node, else 1")
           .help("parameter-server job: W trainers per node; needs --server_num or --servers")
           .config(ps_only([](const LaunchOptions& o) { return std::to_string(o.worker_num); }))
@@ -725,7 +725,7 @@ std::vector<FlagSpec> parameter_servers() {
   t.push_back(Flag("servers")
                   .value("ip:port,...")
                   .group(FlagGroup::kParameterServer)
-                  .also_in({Origin::kFleetrun})
+                  .also_in({Dialect::kFleetrun})
                   .help("parameter-server job: every server's endpoint; this node starts those on "
                         "--node_ip (with --workers)")
                   .config(ps_only([](const LaunchOptions& o) -> std::string {
@@ -735,8 +735,8 @@ std::vector<FlagSpec> parameter_servers() {
   t.push_back(Flag("workers")
                   .value("ip:port,...")
                   .group(FlagGroup::kParameterServer)
-                  .alias("trainers", Origin::kPaddle2)
-                  .also_in({Origin::kFleetrun})
+                  .alias("trainers", Dialect::kPaddle2)
+                  .also_in({Dialect::kFleetrun})
                   .help("parameter-server job: every trainer's endpoint; this node starts those on "
                         "--node_ip (with --servers)")
                   .config(ps_only([](const LaunchOptions& o) -> std::string {
@@ -758,7 +758,7 @@ std::vector<FlagSpec> parameter_servers() {
       Flag("heter_worker_num")
           .value("N[;N...]")
           .group(FlagGroup::kParameterServer)
-          .also_in({Origin::kFleetrun, Origin::kPaddle2})
+          .also_in({Dialect::kFleetrun, Dialect::kPaddle2})
           .help("parameter-server job: heter workers per node in each heter stage (2, 3, ...)")
           .doc("parameter-server job: heter workers (`TRAINING_ROLE=HETER_TRAINER`, logs "
                "`heterlog.N`) per node in each heter stage, stages separated by `;` (`2`, "
@@ -776,7 +776,7 @@ std::vector<FlagSpec> parameter_servers() {
       Flag("heter_workers")
           .value("ip:port,...[;...]")
           .group(FlagGroup::kParameterServer)
-          .also_in({Origin::kFleetrun, Origin::kPaddle2})
+          .also_in({Dialect::kFleetrun, Dialect::kPaddle2})
           .help("parameter-server job: every heter worker's endpoint, stages separated by ';' "
                 "(with --servers/--workers)")
           .config(ps_only([](const LaunchOptions& o) -> std::string {
@@ -791,7 +791,7 @@ std::vector<FlagSpec> parameter_servers() {
       Flag("heter_devices")
           .value("DEV[;DEV...]")
           .group(FlagGroup::kParameterServer)
-          .also_in({Origin::kFleetrun, Origin::kPaddle2})
+          .also_in({Dialect::kFleetrun, Dialect::kPaddle2})
           .default_is("gpu in every stage")
           .help("parameter-server job: each heter stage's device type (HETER_DEVICE_TYPE), e.g. "
                 "gpu;xpu")
@@ -805,7 +805,7 @@ std::vector<FlagSpec> parameter_servers() {
       Flag("run_mode")
           .value("MODE")
           .group(FlagGroup::kParameterServer)
-          .also_in({Origin::kFleetrun, Origin::kPaddle2})
+          .also_in({Dialect::kFleetrun, Dialect::kPaddle2})
           .default_is("collective")
           .help("collective, ps or ps-heter (ps without counts: 1 server and 1 trainer, as "
                 "Paddle 2.x)")
@@ -825,13 +825,13 @@ std::vector<FlagSpec> compatibility() {
           .value("S")
           .seconds(true)
           .group(FlagGroup::kCompatibility)
-          .also_in({Origin::kTorchrun})
+          .also_in({Dialect::kTorchrun})
           .help("accepted (seconds >= 0); worker exits are noticed at once here, not by polling")
           .done());
   t.push_back(Flag("start_method")
                   .value("NAME")
                   .group(FlagGroup::kCompatibility)
-                  .also_in({Origin::kTorchrun})
+                  .also_in({Dialect::kTorchrun})
                   .choice({"spawn", "fork", "forkserver"}, "expected spawn, fork or forkserver")
                   .default_is("spawn")
                   .help("spawn|fork|forkserver, accepted; every worker is a fresh process (exec)")
@@ -839,7 +839,7 @@ std::vector<FlagSpec> compatibility() {
   t.push_back(Flag("event_log_handler")
                   .value("NAME")
                   .group(FlagGroup::kCompatibility)
-                  .also_in({Origin::kTorchrun})
+                  .also_in({Dialect::kTorchrun})
                   .help("only 'null' (launch has no event handlers)")
                   .doc("only `null` (torchrun's default); others are an error.")
                   .done());
@@ -847,7 +847,7 @@ std::vector<FlagSpec> compatibility() {
       Flag("signals_to_handle")
           .value("LIST")
           .group(FlagGroup::kCompatibility)
-          .also_in({Origin::kTorchrun})
+          .also_in({Dialect::kTorchrun})
           .help("only its default SIGTERM,SIGINT,SIGHUP,SIGQUIT, which launch always forwards "
                 "(SIGUSR1 dumps stacks)")
           .done());
@@ -855,7 +855,7 @@ std::vector<FlagSpec> compatibility() {
       Flag("legacy")
           .boolean("true")
           .group(FlagGroup::kCompatibility)
-          .also_in({Origin::kPaddle2})
+          .also_in({Dialect::kPaddle2})
           .default_is("false")
           .help("Paddle 2.x: true runs the command line as its legacy launcher (the fleet "
                 "launcher's) would")
@@ -868,20 +868,20 @@ std::vector<FlagSpec> compatibility() {
       "needs Paddle's auto-parallel tuner (paddle.distributed.auto_tuner, which runs trial jobs "
       "under Paddle's own launcher to choose a parallel strategy); launch has none: run the "
       "chosen configuration without it";
-  t.push_back(Flag("auto_tuner_json").value("FILE").refused(auto_tuner, Origin::kPaddle2).done());
+  t.push_back(Flag("auto_tuner_json").value("FILE").refused(auto_tuner, Dialect::kPaddle2).done());
   t.push_back(
-      Flag("auto_cluster_config").value("BOOL").refused(auto_tuner, Origin::kPaddle2).done());
+      Flag("auto_cluster_config").value("BOOL").refused(auto_tuner, Dialect::kPaddle2).done());
   const std::string other_devices =
       "launch drives CUDA GPUs (--devices/--gpus/--selected_gpus) and CPUs only; Kunlun XPUs and "
       "Ascend NPUs are not supported";
-  t.push_back(Flag("xpus").value("0,1,...").refused(other_devices, Origin::kPaddle2).done());
-  t.push_back(Flag("npus").value("0,1,...").refused(other_devices, Origin::kPaddle2).done());
+  t.push_back(Flag("xpus").value("0,1,...").refused(other_devices, Dialect::kPaddle2).done());
+  t.push_back(Flag("npus").value("0,1,...").refused(other_devices, Dialect::kPaddle2).done());
   t.push_back(Flag("elastic_server")
                   .value("HOST:PORT")
                   .refused("the fleet launcher's etcd elastic mode (with --np, --scale) is not "
                            "supported; launch's elastic jobs are --nnodes=MIN:MAX with "
                            "--max_restarts and DDL_JOB_SECRET (docs/multi-node.md)",
-                           Origin::kFleetrun)
+                           Dialect::kFleetrun)
                   .done());
   const std::string shared_log =
       "not supported: a rank's stdout and stderr share one log here (filter LOG_DIR/workerlog.N)";
@@ -900,7 +900,7 @@ std::vector<FlagSpec> compatibility() {
                   .refused("needs Paddle's auto-parallel tuner (paddle.distributed.auto_parallel, "
                            "which searches a parallel strategy by running the job under Paddle's "
                            "own launcher); launch has none: run the tuned job without it",
-                           Origin::kPaddle2)
+                           Dialect::kPaddle2)
                   .done());
   t.push_back(Flag("duplicate_stdout_filters").value("LIST").refused(shared_log).done());
   t.push_back(Flag("duplicate_stderr_filters").value("LIST").refused(shared_log).done());
@@ -935,17 +935,17 @@ std::string underscores(std::string name) {
 
 }  // namespace
 
-const char* origin_name(Origin origin) {
-  switch (origin) {
-    case Origin::kOurs:
+const char* launcher_name(Dialect dialect) {
+  switch (dialect) {
+    case Dialect::kOurs:
       return "launch";
-    case Origin::kTorchrun:
+    case Dialect::kTorchrun:
       return "torchrun";
-    case Origin::kPaddle18:
+    case Dialect::kPaddle18:
       return "Paddle 1.8";
-    case Origin::kFleetrun:
+    case Dialect::kFleetrun:
       return "fleetrun";
-    case Origin::kPaddle2:
+    case Dialect::kPaddle2:
       return "Paddle 2.x";
   }
   return "";
@@ -1001,11 +1001,11 @@ const FlagSpec& flag(const std::string& name) {
   throw std::logic_error("no flag '" + name + "' in the flag table");
 }
 
-std::vector<Origin> spelling_origins(const FlagSpec& spec, const std::string& typed) {
+std::vector<Dialect> spelling_origins(const FlagSpec& spec, const std::string& typed) {
   const std::string name = underscores(typed);
-  std::vector<Origin> origins;
+  std::vector<Dialect> origins;
   if (name == spec.name || (name.size() == 1 && name[0] == spec.short_name)) {
-    origins.push_back(Origin::kOurs);
+    origins.push_back(Dialect::kOurs);
     origins.insert(origins.end(), spec.also_in.begin(), spec.also_in.end());
   }
   for (const Spelling& s : spec.aliases) {
@@ -1014,9 +1014,9 @@ std::vector<Origin> spelling_origins(const FlagSpec& spec, const std::string& ty
   if (name == typed) return origins;
   // The dash form: torchrun's, when torchrun has the name.
   const bool torchrun =
-      std::find(origins.begin(), origins.end(), Origin::kTorchrun) != origins.end();
-  return torchrun ? std::vector<Origin>{Origin::kOurs, Origin::kTorchrun}
-                  : std::vector<Origin>{Origin::kOurs};
+      std::find(origins.begin(), origins.end(), Dialect::kTorchrun) != origins.end();
+  return torchrun ? std::vector<Dialect>{Dialect::kOurs, Dialect::kTorchrun}
+                  : std::vector<Dialect>{Dialect::kOurs};
 }
 
 std::vector<std::string> reported_spellings(const FlagSpec& spec) {

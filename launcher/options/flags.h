@@ -21,12 +21,10 @@
 
 namespace ddl::launcher {
 
-// Where a spelling comes from, for the docs' side-by-side columns and for telling which
-// launcher's flags a command line uses (LaunchOptions::dialect). The same launchers, in the same
-// order, as Dialect (options.h).
-enum class Origin { kOurs, kTorchrun, kPaddle18, kFleetrun, kPaddle2 };
+// A spelling's launchers (Dialect, options.h: the one enum of whose flags these are), for the
+// docs' side-by-side columns and for telling which launcher's flags a command line uses.
 // "launch", "torchrun", "Paddle 1.8", "fleetrun", "Paddle 2.x".
-const char* origin_name(Origin origin);
+const char* launcher_name(Dialect dialect);
 
 // The topics --help and the docs group flags by, in this order.
 enum class FlagGroup {
@@ -61,8 +59,8 @@ enum class ValueType {
 // the flag's own name is an error. Other aliases (--start_port, --host, ...) are the same flag
 // under another name: errors use the flag's name, and the last one given wins.
 struct Spelling {
-  std::string name;  // underscore form; the dash form is accepted as well
-  std::vector<Origin> origins;  // the launchers that spell the flag so (fleetrun and 2.x: --ips)
+  std::string name;              // underscore form; the dash form is accepted as well
+  std::vector<Dialect> origins;  // the launchers that spell the flag so (fleetrun and 2.x: --ips)
   bool reported = false;
 };
 
@@ -87,7 +85,7 @@ struct FlagSpec {
   std::string expected;                 // kChoice: the message when the value is not one of them
   std::string default_text;             // "" when the flag has no default worth naming
   std::vector<Spelling> aliases;        // other names of this flag
-  std::vector<Origin> also_in;          // other launchers that call it by this very name
+  std::vector<Dialect> also_in;         // other launchers that call it by this very name
   std::vector<FlagVariable> variables;  // PET_..., then PADDLE_...
   FlagGroup group = FlagGroup::kWorkers;
   std::string help;  // one or two lines for --help
@@ -124,7 +122,7 @@ std::vector<std::string> reported_spellings(const FlagSpec& spec);
 // "start_port", "nproc-per-node", "m" for -m): the flag's own name is ours and also_in's, an
 // alias its origin's. A dash form of a multi-word name is torchrun's only (Paddle's argparse
 // knows the underscore form alone); a dash form torchrun does not have is ours only.
-std::vector<Origin> spelling_origins(const FlagSpec& spec, const std::string& typed);
+std::vector<Dialect> spelling_origins(const FlagSpec& spec, const std::string& typed);
 
 // The --help text, flags grouped by topic.
 std::string help_text();

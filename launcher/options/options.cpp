@@ -83,52 +83,49 @@ namespace {
 
 // Whose flags these are (see Dialect in options.h), from the launchers of each spelling.
 // `spellings` holds, per spelling, the launchers that have it besides launch itself.
-Dialect dialect_of(const std::vector<std::set<Origin>>& spellings) {
+Dialect dialect_of(const std::vector<std::set<Dialect>>& spellings) {
   // Newer Paddle launchers accept the older ones' spellings; torchrun accepts none of them.
-  constexpr Origin kPrecedence[] = {Origin::kPaddle2, Origin::kFleetrun, Origin::kPaddle18,
-                                    Origin::kTorchrun};
-  std::set<Origin> exclusive;
-  std::optional<std::set<Origin>> common;
-  for (const std::set<Origin>& origins : spellings) {
+  constexpr Dialect kPrecedence[] = {Dialect::kPaddle2, Dialect::kFleetrun, Dialect::kPaddle18,
+                                     Dialect::kTorchrun};
+  std::set<Dialect> exclusive;
+  std::optional<std::set<Dialect>> common;
+  for (const std::set<Dialect>& origins : spellings) {
     if (origins.empty()) continue;
     if (origins.size() == 1) exclusive.insert(*origins.begin());
     if (!common) {
       common = origins;
     } else {
-      std::set<Origin> both;
-      for (Origin o : origins) {
+      std::set<Dialect> both;
+      for (Dialect o : origins) {
         if (common->count(o)) both.insert(o);
       }
       common = both;
     }
   }
-  const auto as_dialect = [](Origin o) { return static_cast<Dialect>(static_cast<int>(o)); };
-  for (Origin o : kPrecedence) {
-    if (exclusive.count(o)) return as_dialect(o);
+  for (Dialect o : kPrecedence) {
+    if (exclusive.count(o)) return o;
   }
-  if (common && common->size() == 1) return as_dialect(*common->begin());
+  if (common && common->size() == 1) return *common->begin();
   return Dialect::kOurs;
 }
 
 // The command line's spellings decide; when they do not, the variables that stood for flags.
 Dialect decide_dialect(const CommandLine& command_line) {
-  static_assert(static_cast<int>(Origin::kPaddle2) == static_cast<int>(Dialect::kPaddle2) &&
-                static_cast<int>(Origin::kTorchrun) == static_cast<int>(Dialect::kTorchrun));
-  std::vector<std::set<Origin>> typed;
+  std::vector<std::set<Dialect>> typed;
   for (const TypedSpelling& t : command_line.typed) {
     if (!t.spec->marks_dialect) continue;
-    std::set<Origin> origins;
-    for (Origin o : spelling_origins(*t.spec, t.name)) {
-      if (o != Origin::kOurs) origins.insert(o);
+    std::set<Dialect> origins;
+    for (Dialect o : spelling_origins(*t.spec, t.name)) {
+      if (o != Dialect::kOurs) origins.insert(o);
     }
     typed.push_back(origins);
   }
   const Dialect from_flags = dialect_of(typed);
   if (from_flags != Dialect::kOurs) return from_flags;
-  std::vector<std::set<Origin>> variables;
+  std::vector<std::set<Dialect>> variables;
   for (const std::string& used : command_line.from_environment) {
-    if (used.rfind("PET_", 0) == 0) variables.push_back({Origin::kTorchrun});
-    if (used.rfind("PADDLE_", 0) == 0) variables.push_back({Origin::kPaddle2});
+    if (used.rfind("PET_", 0) == 0) variables.push_back({Dialect::kTorchrun});
+    if (used.rfind("PADDLE_", 0) == 0) variables.push_back({Dialect::kPaddle2});
   }
   return dialect_of(variables);
 }

@@ -31,12 +31,14 @@ class OptionsError : public Error {
 
 inline constexpr const char* kDefaultNodeIp = "127.0.0.1";
 inline constexpr std::chrono::milliseconds kDefaultKillTimeout{10'000};
-inline constexpr int kDefaultControlPort = 29500;  // multi-node, without --master_port/--started_port
-inline constexpr int kDefaultRendezvousPort = 29400;  // --rdzv_endpoint=HOST without a port (torchrun's)
+inline constexpr int kDefaultControlPort =
+    29500;  // multi-node, without --master_port/--started_port
+inline constexpr int kDefaultRendezvousPort =
+    29400;  // --rdzv_endpoint=HOST without a port (torchrun's)
 // An etcd endpoint without a port: etcd's client port.
 inline constexpr int kDefaultEtcdPort = 2379;
-inline constexpr int kMaxNodes = 65'536;               // --nnodes accepts 1..kMaxNodes
-inline constexpr int kMaxRestartsLimit = 1000;  // --max_restarts accepts 0..kMaxRestartsLimit
+inline constexpr int kMaxNodes = 65'536;           // --nnodes accepts 1..kMaxNodes
+inline constexpr int kMaxRestartsLimit = 1000;     // --max_restarts accepts 0..kMaxRestartsLimit
 inline constexpr int kMaxProcessesPerRole = 4096;  // --server_num / --worker_num accept 1..this
 
 // A set of local ranks, as torchrun's --tee/--redirects ("3": every rank; "0:3,1:0": per local
@@ -105,12 +107,13 @@ struct LaunchOptions {
   std::string node_ip = kDefaultNodeIp;
   bool cluster_node_ips_given = false;  // --cluster_node_ips or --ips was on the command line
   bool node_ip_given = false;           // --node_ip was on the command line
-  // torchrun's spelling (launcher/cluster/topology.h maps it onto the node list): --nnodes, --node_rank,
+  // torchrun's spelling (launcher/cluster/topology.h maps it onto the node list): --nnodes,
+  // --node_rank,
   // --master_addr (node 0's address; it hosts the control store there). Exclusive with
   // --cluster_node_ips.
   std::optional<int> nnodes;      // --nnodes=N, or MAX of --nnodes=MIN:MAX
   std::optional<int> min_nnodes;  // MIN of --nnodes=MIN:MAX (elastic when below nnodes)
-  std::optional<int> node_rank;            // --node_rank, or --rank (Paddle 2.x)
+  std::optional<int> node_rank;   // --node_rank, or --rank (Paddle 2.x)
   // No node rank given, and the spelling says node 0 hands them out: --rdzv_backend=c10d (as
   // torchrun's c10d rendezvous), or Paddle 2.x's --master (as Paddle's master). Ranks then
   // follow the order in which the launchers reach node 0; node 0 is the first launcher on the
@@ -139,7 +142,7 @@ struct LaunchOptions {
   bool use_paddlecloud = false;
   // --require_secret: a multi-node job without DDL_JOB_SECRET is refused (launcher/job/identity.h).
   bool require_secret = false;
-  bool print_config = true;              // --print_config[=false]
+  bool print_config = true;  // --print_config[=false]
   // The PET_<FLAG> variables that gave a flag its value, as "PET_NNODES=2" (see parse_options).
   std::vector<std::string> from_environment;
   spdlog::level::level_enum log_level = spdlog::level::info;  // --log_level
@@ -165,8 +168,8 @@ struct LaunchOptions {
   // stages 2.. of a parameter-server job, in order. With counts every node starts `count`
   // workers of each stage; with --servers/--workers each stage lists its `endpoints`.
   struct HeterStage {
-    std::string device = "gpu";  // --heter_devices' entry for the stage
-    int count = 0;               // per node; with lists the number of endpoints
+    std::string device = "gpu";            // --heter_devices' entry for the stage
+    int count = 0;                         // per node; with lists the number of endpoints
     std::vector<env::Endpoint> endpoints;  // --heter_workers' entry; empty: counts
   };
   std::vector<HeterStage> heter;
@@ -185,19 +188,19 @@ struct LaunchOptions {
   // How WORKER is run (launcher/supervise/worker_lookup.h): a script ending in .py, or a module
   // (-m/--module), by the Python interpreter with -u, as torchrun and Paddle do; --no_python runs
   // WORKER itself whatever its name. --python names the interpreter (default: python3 on PATH).
-  bool module = false;     // -m / --module
-  bool no_python = false;  // --no_python / --no-python
-  bool run_path = false;   // --run_path: WORKER is a Python script whatever its name
+  bool module = false;                // -m / --module
+  bool no_python = false;             // --no_python / --no-python
+  bool run_path = false;              // --run_path: WORKER is a Python script whatever its name
   std::optional<std::string> python;  // --python=PROGRAM
   // The launcher's console (see LocalRanks): which local ranks' lines it shows. Unset: local
   // rank 0 of this node with --log_dir, every rank without.
   std::optional<LocalRanks> local_ranks_filter;  // --local_ranks_filter (torchrun)
   LocalRanks tee;                                // --tee / -t: also shown, with --log_dir
   LocalRanks redirects;                          // --redirects / -r: checked, see README
-  bool standalone = false;                  // --standalone (torchrun): one node, its own store
-  std::optional<double> monitor_interval;   // --monitor_interval (seconds; torchrun's)
-  std::string start_method = "spawn";       // --start_method (torchrun): spawn|fork|forkserver
-  bool log_overwrite = true;                // --log_overwrite[=false]: append to the logs if false
+  bool standalone = false;                       // --standalone (torchrun): one node, its own store
+  std::optional<double> monitor_interval;        // --monitor_interval (seconds; torchrun's)
+  std::string start_method = "spawn";            // --start_method (torchrun): spawn|fork|forkserver
+  bool log_overwrite = true;  // --log_overwrite[=false]: append to the logs if false
   // --selected_gpus as typed, before it is made relative to CUDA_VISIBLE_DEVICES (Paddle 1.8).
   std::vector<int> selected_gpus_given;
   // --backend (the fleet launcher's) as given: "auto", "gloo" or "nccl"; unset: not given.

@@ -14,8 +14,9 @@ namespace {
 using nlohmann::json;
 
 [[noreturn]] void bad(const std::string& source, const std::string& what) {
-  throw RankMappingError(source + ": " + what +
-                         R"( (expected {"ip_ranks": [{"ip": "HOST", "ranks": [0, 1, ...]}, ...]}))");
+  throw RankMappingError(
+      source + ": " + what +
+      R"( (expected {"ip_ranks": [{"ip": "HOST", "ranks": [0, 1, ...]}, ...]}))");
 }
 
 // Entry `i` of "ip_ranks": one node.
@@ -126,7 +127,8 @@ RankMapping parse_rank_mapping(const std::string& text, const std::string& sourc
     bad(source, "no \"ip_ranks\" list with at least one node");
   }
   RankMapping m;
-  for (std::size_t i = 0; i < list->size(); ++i) m.nodes.push_back(parse_node((*list)[i], i, source));
+  for (std::size_t i = 0; i < list->size(); ++i)
+    m.nodes.push_back(parse_node((*list)[i], i, source));
   check_complete(m, source);
   return m;
 }

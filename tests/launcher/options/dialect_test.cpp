@@ -178,13 +178,13 @@ TEST(Paddle2Flags, AutoTunerAndOtherDevicesAreRefusedNamingWhy) {
 TEST(SpellingOrigins, FromTheFlagTable) {
   const FlagSpec& gpus = flag("selected_gpus");
   EXPECT_EQ(spelling_origins(gpus, "selected_gpus"),
-            (std::vector<Origin>{Origin::kOurs, Origin::kPaddle18}));
-  EXPECT_EQ(spelling_origins(gpus, "devices"), (std::vector<Origin>{Origin::kPaddle2}));
-  EXPECT_EQ(spelling_origins(gpus, "gpus"), (std::vector<Origin>{Origin::kFleetrun}));
+            (std::vector<Dialect>{Dialect::kOurs, Dialect::kPaddle18}));
+  EXPECT_EQ(spelling_origins(gpus, "devices"), (std::vector<Dialect>{Dialect::kPaddle2}));
+  EXPECT_EQ(spelling_origins(gpus, "gpus"), (std::vector<Dialect>{Dialect::kFleetrun}));
   EXPECT_EQ(spelling_origins(flag("nproc_per_node"), "nproc-per-node"),
-            (std::vector<Origin>{Origin::kOurs, Origin::kTorchrun}));
+            (std::vector<Dialect>{Dialect::kOurs, Dialect::kTorchrun}));
   EXPECT_EQ(spelling_origins(flag("module"), "m"),
-            (std::vector<Origin>{Origin::kOurs, Origin::kTorchrun}));
+            (std::vector<Dialect>{Dialect::kOurs, Dialect::kTorchrun}));
 }
 
 }  // namespace

@@ -80,7 +80,7 @@ TEST(FlagTable, HelpShowsEveryAcceptedSpellingAndRefusedFlagsSayWhy) {
     if (f.is_refused()) {
       const std::string message = error_of({"--" + f.name + (f.takes_value() ? "=x" : ""), "w"});
       EXPECT_EQ(message,
-                "--" + f.name + " (" + origin_name(f.also_in.front()) + "'s): " + f.refused);
+                "--" + f.name + " (" + launcher_name(f.also_in.front()) + "'s): " + f.refused);
       EXPECT_EQ(help.find("--" + f.name + " "), std::string::npos) << f.name;
       continue;
     }

@@ -209,9 +209,9 @@ TEST(Options, ParameterServerCounts) {
 }
 
 TEST(Options, ParameterServerExplicitEndpoints) {
-  LaunchOptions o = parse({"--servers=10.0.0.1:7000,10.0.0.2:7000",
-                           "--workers=10.0.0.1:7100,10.0.0.2:7100,10.0.0.2:7101",
-                           "--node_ip=10.0.0.2", "train"});
+  LaunchOptions o =
+      parse({"--servers=10.0.0.1:7000,10.0.0.2:7000",
+             "--workers=10.0.0.1:7100,10.0.0.2:7100,10.0.0.2:7101", "--node_ip=10.0.0.2", "train"});
   EXPECT_TRUE(o.ps_job());
   EXPECT_TRUE(o.explicit_endpoints());
   EXPECT_EQ(o.server_num, 2);
@@ -242,8 +242,8 @@ TEST(Options, DescribeShowsParameterServerFlagsOnlyForSuchJobs) {
   const std::string collective = describe_options(parse({"w"}));
   EXPECT_EQ(collective.find("server"), std::string::npos) << collective;
   EXPECT_EQ(collective.find("worker_num"), std::string::npos) << collective;
-  for (const char* flag : {"--server_num", "--worker_num", "--servers", "--workers",
-                           "--server_grace"}) {
+  for (const char* flag :
+       {"--server_num", "--worker_num", "--servers", "--workers", "--server_grace"}) {
     EXPECT_NE(help_text().find(flag), std::string::npos) << flag;
   }
 }
@@ -279,9 +279,9 @@ INSTANTIATE_TEST_SUITE_P(
                 {"--server_num=2", "1 endpoint(s) of --servers='127.0.0.1:7000'"}},
         BadCase{{"--servers=127.0.0.1:7000", "--workers=127.0.0.1:7001", "--worker_num=3", "w"},
                 {"--worker_num=3", "--workers='127.0.0.1:7001'"}},
-        BadCase{{"--servers=127.0.0.1:7000", "--workers=127.0.0.1:7001", "--started_port=6000",
-                 "w"},
-                {"--started_port", "6000", "--servers/--workers"}},
+        BadCase{
+            {"--servers=127.0.0.1:7000", "--workers=127.0.0.1:7001", "--started_port=6000", "w"},
+            {"--started_port", "6000", "--servers/--workers"}},
         BadCase{{"--servers=10.0.0.1:7000", "--workers=10.0.0.1:7001",
                  "--cluster_node_ips=10.0.0.1", "--node_ip=10.0.0.1", "w"},
                 {"--servers/--workers", "--cluster_node_ips"}},
@@ -325,8 +325,7 @@ TEST(Options, ElasticNodeCountsReportAndLastCall) {
 
   EXPECT_NE(error_of({"--nnodes=4:2", "--master_addr=h", "w"}).find("MIN:MAX with MIN <= MAX"),
             std::string::npos);
-  EXPECT_NE(error_of({"--nnodes=2:x", "--master_addr=h", "w"}).find("--nnodes"),
-            std::string::npos);
+  EXPECT_NE(error_of({"--nnodes=2:x", "--master_addr=h", "w"}).find("--nnodes"), std::string::npos);
   EXPECT_NE(error_of({"--nnodes=2:4", "--node_rank=4", "--master_addr=h", "w"})
                 .find("is not below --nnodes=4"),
             std::string::npos);
@@ -343,7 +342,6 @@ TEST(Options, ElasticNodeCountsReportAndLastCall) {
 
 namespace ddl::launcher {
 namespace {
-
 
 // What Kubeflow's training operator puts in a PyTorchJob pod (worker 0 of a Master + 1 Worker
 // job, nprocPerNode 2): MASTER_*/WORLD_SIZE/RANK for plain programs, PET_* for torchrun.
@@ -367,30 +365,27 @@ TEST(EnvironmentDefaults, PyTorchJobPodGivesTheNodes) {
   EXPECT_EQ(o.master_addr, "mnist-master-0");
   EXPECT_EQ(o.master_port, 23456);
   EXPECT_EQ(o.nproc_per_node, 2);
-  EXPECT_EQ(o.from_environment,
-            (std::vector<std::string>{"PET_NNODES=2", "PET_NODE_RANK=1",
-                                      "PET_MASTER_ADDR=mnist-master-0", "PET_MASTER_PORT=23456",
-                                      "PET_NPROC_PER_NODE=2"}));
+  EXPECT_EQ(
+      o.from_environment,
+      (std::vector<std::string>{"PET_NNODES=2", "PET_NODE_RANK=1", "PET_MASTER_ADDR=mnist-master-0",
+                                "PET_MASTER_PORT=23456", "PET_NPROC_PER_NODE=2"}));
 }
 
 TEST(EnvironmentDefaults, FlagsWinOverVariables) {
-  const LaunchOptions o =
-      parse({"--nproc_per_node=1", "--master-port", "7000", "--node_rank=0", "train"},
-                 pytorchjob_pod(1));
+  const LaunchOptions o = parse(
+      {"--nproc_per_node=1", "--master-port", "7000", "--node_rank=0", "train"}, pytorchjob_pod(1));
   EXPECT_EQ(o.nproc_per_node, 1);
   EXPECT_EQ(o.master_port, 7000);
   EXPECT_EQ(o.node_rank, 0);
   EXPECT_EQ(o.master_addr, "mnist-master-0") << "a flag replaces only its own variable";
   EXPECT_EQ(o.nnodes, 2);
   // Paddle's spelling of the nodes on the command line: the PET_ node variables are not used.
-  const LaunchOptions p = parse({"--cluster_node_ips=10.0.0.1,10.0.0.2",
-                                      "--node_ip=10.0.0.2", "train"},
-                                     pytorchjob_pod(0));
+  const LaunchOptions p = parse(
+      {"--cluster_node_ips=10.0.0.1,10.0.0.2", "--node_ip=10.0.0.2", "train"}, pytorchjob_pod(0));
   EXPECT_EQ(p.node_index(), 1);
   EXPECT_FALSE(p.nnodes);
   // --selected_gpus decides the worker count: PET_NPROC_PER_NODE is not used.
-  EXPECT_EQ(parse({"--selected_gpus=0,1,2", "train"}, {{"PET_NPROC_PER_NODE", "2"}})
-                .nproc_per_node,
+  EXPECT_EQ(parse({"--selected_gpus=0,1,2", "train"}, {{"PET_NPROC_PER_NODE", "2"}}).nproc_per_node,
             3);
 }
 
@@ -426,12 +421,12 @@ TEST(EnvironmentDefaults, BadVariableIsNamedWithTheFlagItStandsFor) {
 
 TEST(EnvironmentDefaults, ElasticPodUsesTheRendezvousEndpoint) {
   const LaunchOptions o = parse({"train"}, {{"PET_RDZV_BACKEND", "c10d"},
-                                                 {"PET_RDZV_ENDPOINT", "mnist-worker-0:29400"},
-                                                 {"PET_RDZV_ID", "mnist"},
-                                                 {"PET_NNODES", "1:3"},
-                                                 {"PET_NODE_RANK", "0"},
-                                                 {"PET_MAX_RESTARTS", "3"},
-                                                 {"PET_NPROC_PER_NODE", "1"}});
+                                            {"PET_RDZV_ENDPOINT", "mnist-worker-0:29400"},
+                                            {"PET_RDZV_ID", "mnist"},
+                                            {"PET_NNODES", "1:3"},
+                                            {"PET_NODE_RANK", "0"},
+                                            {"PET_MAX_RESTARTS", "3"},
+                                            {"PET_NPROC_PER_NODE", "1"}});
   EXPECT_EQ(o.master_addr, "mnist-worker-0");
   EXPECT_EQ(o.master_port, 29400);
   EXPECT_EQ(o.min_nnodes, 1);
@@ -441,10 +436,10 @@ TEST(EnvironmentDefaults, ElasticPodUsesTheRendezvousEndpoint) {
 }
 
 TEST(TorchrunFlags, DashSpellingsAreTheSameFlags) {
-  const LaunchOptions o = parse({"--nproc-per-node=2", "--max-restarts", "3", "--log-dir",
-                                      "logs", "--node-rank=1", "--nnodes=2", "--master-addr",
-                                      "10.0.0.1", "--rdzv-id=x", "train", "--not-ours"},
-                                     {});
+  const LaunchOptions o =
+      parse({"--nproc-per-node=2", "--max-restarts", "3", "--log-dir", "logs", "--node-rank=1",
+             "--nnodes=2", "--master-addr", "10.0.0.1", "--rdzv-id=x", "train", "--not-ours"},
+            {});
   EXPECT_EQ(o.nproc_per_node, 2);
   EXPECT_EQ(o.max_restarts, 3);
   EXPECT_EQ(o.log_dir, "logs");
@@ -457,9 +452,9 @@ TEST(TorchrunFlags, DashSpellingsAreTheSameFlags) {
 }
 
 TEST(TorchrunFlags, RendezvousEndpointAndBackend) {
-  LaunchOptions o = parse({"--rdzv_backend=c10d", "--rdzv_endpoint=node0:1234", "--nnodes=2",
-                                "--node_rank=1", "train"},
-                               {});
+  LaunchOptions o = parse(
+      {"--rdzv_backend=c10d", "--rdzv_endpoint=node0:1234", "--nnodes=2", "--node_rank=1", "train"},
+      {});
   EXPECT_EQ(o.master_addr, "node0");
   EXPECT_EQ(o.master_port, 1234);
   o = parse({"--rdzv_endpoint=node0", "--nnodes=2", "--node_rank=1", "train"}, {});
@@ -468,8 +463,8 @@ TEST(TorchrunFlags, RendezvousEndpointAndBackend) {
                   .find("--rdzv_backend='etcd-v2': needs --rdzv_endpoint") == 0);
   EXPECT_TRUE(error_of({"--rdzv_backend=zookeeper", "train"}, {})
                   .find("expected c10d, static, etcd or etcd-v2") != std::string::npos);
-  EXPECT_TRUE(error_of({"--rdzv_endpoint=a:1", "--master_addr=a", "train"}, {})
-                  .find("not both") != std::string::npos);
+  EXPECT_TRUE(error_of({"--rdzv_endpoint=a:1", "--master_addr=a", "train"}, {}).find("not both") !=
+              std::string::npos);
   EXPECT_TRUE(error_of({"--rdzv_endpoint=a:http", "train"}, {}).find("--rdzv_endpoint") == 0);
 }
 
@@ -509,11 +504,11 @@ LaunchOptions parse_env(std::vector<std::string> args, const env::EnvMap& env) {
 
 TEST(PaddleEnvironment, PaddleJobPodGivesMasterNodesAndJobId) {
   // What Kubeflow's PaddleJob sets (pkg/controller.v1/paddlepaddle/envvar.go): no node rank.
-  const LaunchOptions o = parse_env({"--nproc_per_node=2", "train"},
-                                    {{"PADDLE_MASTER", "mnist-worker-0:36543"},
-                                     {"PADDLE_NNODES", "2"},
-                                     {"PADDLE_JOB_ID", "mnist"},
-                                     {"PYTHONUNBUFFERED", "1"}});
+  const LaunchOptions o =
+      parse_env({"--nproc_per_node=2", "train"}, {{"PADDLE_MASTER", "mnist-worker-0:36543"},
+                                                  {"PADDLE_NNODES", "2"},
+                                                  {"PADDLE_JOB_ID", "mnist"},
+                                                  {"PYTHONUNBUFFERED", "1"}});
   EXPECT_EQ(o.master_addr, "mnist-worker-0");
   EXPECT_EQ(o.master_port, 36543);
   EXPECT_EQ(o.nnodes, 2);
@@ -558,7 +553,6 @@ TEST(AutoNodeRank, OnlyWhereNode0HandsRanksOut) {
   EXPECT_TRUE(parse_env({"--master=h:1", "--nnodes=2", "train"}, {}).auto_node_rank);
 }
 
-
 // ---- torchrun's and Paddle 2.x's other flags ----------------------------------------------------
 
 TEST(CommandLines, ScriptsModulesAndNoPython) {
@@ -592,8 +586,8 @@ TEST(CommandLines, BooleansTakeTheSpaceForm) {
 }
 
 TEST(CommandLines, TorchrunConsoleAndMonitorFlags) {
-  LaunchOptions o = parse({"--tee=3", "-r", "3", "--local-ranks-filter=1,0", "--monitor-interval=0.1",
-                           "--start-method=fork", "train"});
+  LaunchOptions o = parse({"--tee=3", "-r", "3", "--local-ranks-filter=1,0",
+                           "--monitor-interval=0.1", "--start-method=fork", "train"});
   EXPECT_TRUE(o.tee.all);
   EXPECT_TRUE(o.redirects.all);
   ASSERT_TRUE(o.local_ranks_filter);
@@ -626,8 +620,8 @@ TEST(CommandLines, TodaysTorchrunFlags) {
   EXPECT_EQ(o.kill_timeout, std::chrono::milliseconds(3000));
   EXPECT_TRUE(o.run_path);
   EXPECT_FALSE(o.no_python) << "torchrun: --run_path takes precedence over --no_python";
-  o = parse({"--nnodes=2", "--node_rank=1", "--master_addr=10.0.0.1", "--local_addr=10.0.0.2",
-             "train"});
+  o = parse(
+      {"--nnodes=2", "--node_rank=1", "--master_addr=10.0.0.1", "--local_addr=10.0.0.2", "train"});
   EXPECT_EQ(o.node_ip, "10.0.0.2");
   EXPECT_EQ(parse({"train"}, {{"PET_LOCAL_ADDR", "10.0.0.7"}}).node_ip, "10.0.0.7");
   EXPECT_NE(error_of({"--node_ip=10.0.0.1", "--local_addr=10.0.0.2", "w"})
@@ -637,9 +631,9 @@ TEST(CommandLines, TodaysTorchrunFlags) {
   EXPECT_NE(error_of({"--event_log_handler=console", "w"}).find("only 'null'"), std::string::npos);
   EXPECT_NE(error_of({"--signals_to_handle=SIGTERM,SIGUSR1", "w"}).find("always forwards"),
             std::string::npos);
-  for (const std::string flag : {"--logs-specs=x", "--numa_binding=node",
-                                 "--duplicate_stdout_filters=a", "--duplicate-stderr-filters=b",
-                                 "--virtual-local-rank"}) {
+  for (const std::string flag :
+       {"--logs-specs=x", "--numa_binding=node", "--duplicate_stdout_filters=a",
+        "--duplicate-stderr-filters=b", "--virtual-local-rank"}) {
     std::string name = flag.substr(2, flag.find('=') - 2);
     std::replace(name.begin(), name.end(), '-', '_');
     EXPECT_EQ(error_of({flag, "w"}).rfind("--" + name + " (torchrun's): ", 0), 0u)
@@ -741,9 +735,9 @@ INSTANTIATE_TEST_SUITE_P(
                 {"--heter_devices", "one device per heter stage: 2 stage(s)"}},
         BadCase{{"--server_num=1", "--heter_workers=127.0.0.1:7002", "w"},
                 {"--heter_workers", "--servers, --workers"}},
-        BadCase{{"--servers=127.0.0.1:7000", "--workers=127.0.0.1:7001", "--heter_worker_num=1",
-                 "w"},
-                {"--heter_worker_num", "--heter_workers"}},
+        BadCase{
+            {"--servers=127.0.0.1:7000", "--workers=127.0.0.1:7001", "--heter_worker_num=1", "w"},
+            {"--heter_worker_num", "--heter_workers"}},
         BadCase{{"--servers=127.0.0.1:7000", "--workers=127.0.0.1:7001",
                  "--heter_workers=127.0.0.1:7002;127.0.0.1:7003", "--heter_worker_num=1", "w"},
                 {"--heter_worker_num", "1 stage(s), but --heter_workers lists 2"}},
@@ -767,8 +761,7 @@ TEST(CommandLines, SelectedGpusAreRelativeToCudaVisibleDevices) {
   EXPECT_EQ(error_of({"--selected_gpus=0", "train"}, visible),
             "--selected_gpus='0': GPU 0 is not in CUDA_VISIBLE_DEVICES='4,5' (the ids are the "
             "machine's; each worker gets the id's position in that list)");
-  EXPECT_EQ(parse({"--selected_gpus=0,1", "train"}, {}).selected_gpus,
-            (std::vector<int>{0, 1}));
+  EXPECT_EQ(parse({"--selected_gpus=0,1", "train"}, {}).selected_gpus, (std::vector<int>{0, 1}));
 }
 
 TEST(CommandLines, ConfigurationBlockUsesPaddlesLevelNumbers) {
@@ -776,7 +769,6 @@ TEST(CommandLines, ConfigurationBlockUsesPaddlesLevelNumbers) {
   EXPECT_NE(text.find("log_level: 10\n"), std::string::npos) << text;
   EXPECT_NE(describe_options(parse({"train"})).find("log_level: 20\n"), std::string::npos);
 }
-
 
 using Endpoints = std::vector<env::Endpoint>;
 
@@ -787,9 +779,9 @@ TEST(EtcdControlPlane, TorchrunBackendsTakeTheEndpointList) {
         parse({"--rdzv_backend=" + backend,
                "--rdzv_endpoint=10.0.0.1:2379,etcd-b.example,http://localhost:12379",
                "--nnodes=2:4", "train"});
-    EXPECT_EQ(o.etcd_endpoints, (Endpoints{{"10.0.0.1", 2379},
-                                           {"etcd-b.example", kDefaultEtcdPort},
-                                           {"localhost", 12379}}))
+    EXPECT_EQ(
+        o.etcd_endpoints,
+        (Endpoints{{"10.0.0.1", 2379}, {"etcd-b.example", kDefaultEtcdPort}, {"localhost", 12379}}))
         << backend << ": in order, port default 2379, http:// accepted";
     EXPECT_EQ(o.etcd_spelling, "--rdzv_backend=" + backend);
     EXPECT_TRUE(o.etcd());

@@ -59,9 +59,10 @@ TEST(RankMapping, BadFilesNameTheFileAndTheFault) {
   EXPECT_NE(mapping_error(R"({"ip_ranks": [{"ip": "h", "ranks": [0]}, {"ip": "h", "ranks": [1]}]})")
                 .find("ip 'h' is listed twice"),
             std::string::npos);
-  EXPECT_NE(mapping_error(R"({"ip_ranks": [{"ip": "a", "ranks": [0, 1]}, {"ip": "b", "ranks": [1]}]})")
-                .find("rank 1 is mapped twice (on a and on b)"),
-            std::string::npos);
+  EXPECT_NE(
+      mapping_error(R"({"ip_ranks": [{"ip": "a", "ranks": [0, 1]}, {"ip": "b", "ranks": [1]}]})")
+          .find("rank 1 is mapped twice (on a and on b)"),
+      std::string::npos);
   EXPECT_NE(mapping_error(R"({"ip_ranks": [{"ip": "a", "ranks": [0, 2]}]})")
                 .find("must be 0..1, but rank 1 is missing"),
             std::string::npos);
@@ -170,7 +171,8 @@ TEST_F(RankMappingFlags, SeveralNodesTakeNodeIpAndGiveTheirHosts) {
 
 TEST_F(RankMappingFlags, OffUnlessEnabled) {
   const std::string file = write("not json");  // not read while the mapping is off
-  const LaunchOptions o = parse({"--rank_mapping_file", file, "--enable_auto_mapping=false", "w.py"});
+  const LaunchOptions o =
+      parse({"--rank_mapping_file", file, "--enable_auto_mapping=false", "w.py"});
   EXPECT_FALSE(o.rank_mapping);
   EXPECT_EQ(o.rank_mapping_file, file);
   EXPECT_THROW(parse({"--rank_mapping_file", file, "--enable_auto_mapping", "w.py"}),
