@@ -313,7 +313,7 @@ void ControlEngine::claim_rank() {
                          ": more launchers than --nnodes=" + std::to_string(options_.nnodes) +
                          " joined");
     }
-    spdlog::info("node rank {} assigned through {}", options_.node_rank, store_->where());
+    spdlog::info("node rank {} assigned by {}", options_.node_rank, store_->where());
   }
   beat(*store_);
   append(*store_, "present", "");
@@ -350,7 +350,7 @@ Control::Agreement ControlEngine::rendezvous(const JobDescription& mine,
     append(*store_, "described", presentation);
     auto missing = [&](const std::set<int>& pending) {
       return ControlError("node(s) " + node_list(pending) + " of " +
-                          std::to_string(options_.nnodes) + " did not join the job in " +
+                          std::to_string(options_.nnodes) + " did not join the job through " +
                           store_->where() + " within the rendezvous deadline (" +
                           seconds_text(options_.rendezvous_timeout) +
                           " s, --rendezvous_timeout); is launch running there with the same "
@@ -547,7 +547,8 @@ std::optional<std::vector<int>> ControlEngine::decide(int generation, Clock::tim
     }
   }
   c.lost = lost;
-  return ready_members(options_, c, Clock::now(), deadline, last_call, "in " + store_->where(), "");
+  return ready_members(options_, c, Clock::now(), deadline, last_call, "through " + store_->where(),
+                       "");
 }
 
 bool ControlEngine::is_member(const Members& m) const {
@@ -971,33 +972,10 @@ std::optional<FailureRecord> ControlEngine::finish() {
   // (its watcher goes on meanwhile), at most linger_timeout once a failure is known.
   try {
     leave();
-    std::optional<Clock::time_point> linger;
-    Roll roll;
-    auto read = [&](const std::string& roster, RosterCursor& c) {
+    await_goodbyes([&] {
       std::lock_guard<std::mutex> lock(store_mutex_);
-      return read_entries(*store_, roster, c);
-    };
-    while (true) {
-      refresh(roll, read);
-      std::set<int> pending;
-      for (const auto& [node, launcher] : roll.present) {
-        if (roll.live(node)) pending.insert(node);
-      }
-      if (pending.empty()) break;
-      if (!linger) {
-        std::lock_guard<std::mutex> lock(store_mutex_);
-        if (job_failure(*store_) || known().second) {
-          linger = Clock::now() + options_.linger_timeout;
-        }
-      }
-      if (linger && Clock::now() >= *linger) {
-        spdlog::warn("node(s) {} did not finish within {} s after the failure; leaving",
-                     node_list(pending), seconds_text(options_.linger_timeout));
-        break;
-      }
-      std::lock_guard<std::mutex> lock(store_mutex_);
-      store_->wait(name("bye"), roll.bye_at, kControlPollInterval);
-    }
+      return job_failure(*store_) || known().second;
+    });
   } catch (const ControlError& e) {
     spdlog::error("{}", e.what());
   }
@@ -1020,25 +998,36 @@ void ControlEngine::abandon() {
   }
   try {
     leave();
-    if (!store_->hosted_here()) return;
     // Node 0 hosts the store: it stays (at most linger_timeout) until the nodes that joined said
     // goodbye, so they can read what differed.
-    const auto deadline = Clock::now() + options_.linger_timeout;
-    Roll roll;
-    auto read = [&](const std::string& roster, RosterCursor& c) {
-      return read_entries(*store_, roster, c);
-    };
-    while (Clock::now() < deadline) {
-      refresh(roll, read);
-      bool pending = false;
-      for (const auto& [node, launcher] : roll.present) {
-        if (roll.live(node)) pending = true;
-      }
-      if (!pending) return;
-      store_->wait(name("bye"), roll.bye_at, kControlPollInterval);
-    }
+    if (store_->hosted_here()) await_goodbyes([] { return true; });
   } catch (const std::exception& e) {
     spdlog::debug("{} while giving up: {}", store_->where(), e.what());
+  }
+}
+
+void ControlEngine::await_goodbyes(const std::function<bool()>& lingering) {
+  std::optional<Clock::time_point> linger;
+  Roll roll;
+  auto read = [&](const std::string& roster, RosterCursor& c) {
+    std::lock_guard<std::mutex> lock(store_mutex_);
+    return read_entries(*store_, roster, c);
+  };
+  while (true) {
+    refresh(roll, read);
+    std::set<int> pending;
+    for (const auto& [node, launcher] : roll.present) {
+      if (roll.live(node)) pending.insert(node);
+    }
+    if (pending.empty()) return;
+    if (!linger && lingering()) linger = Clock::now() + options_.linger_timeout;
+    if (linger && Clock::now() >= *linger) {
+      spdlog::warn("node(s) {} did not say goodbye within {} s; leaving", node_list(pending),
+                   seconds_text(options_.linger_timeout));
+      return;
+    }
+    std::lock_guard<std::mutex> lock(store_mutex_);
+    store_->wait(name("bye"), roll.bye_at, kControlPollInterval);
   }
 }
 

@@ -36,6 +36,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -128,6 +129,9 @@ class ControlEngine final : public Control {
   void lose(const std::string& why);
   void stop_watcher();
   void leave();
+  // The store's host (node 0 on the TCP store): waits until every other node said goodbye or was
+  // declared lost, at most linger_timeout from the first time `lingering` says so.
+  void await_goodbyes(const std::function<bool()>& lingering);
 
   ControlOptions options_;
   std::string launcher_;  // this launcher's id, fresh for each run

@@ -137,7 +137,9 @@ class TcpControlStore final : public ControlStore {
   bool outlives_launchers() const override { return false; }
   int first_free_rank() const override { return 1; }
   bool hosted_here() const override { return server_ != nullptr; }
-  std::string where() const override { return options_.endpoint.str() + " (node 0's launcher)"; }
+  std::string where() const override {
+    return "node 0's control store at " + options_.endpoint.str();
+  }
 
  private:
   template <typename F>
@@ -145,8 +147,7 @@ class TcpControlStore final : public ControlStore {
     try {
       return f();
     } catch (const StoreError& e) {
-      throw ControlStoreError(std::string(what) + " at the control store at " + where() + ": " +
-                              e.what());
+      throw ControlStoreError(std::string(what) + " at " + where() + ": " + e.what());
     }
   }
 
