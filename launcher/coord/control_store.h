@@ -29,10 +29,17 @@
 
 namespace ddl::launcher {
 
-// The store could not be reached or a request failed; the message names the store.
+// The store could not be reached or a request failed; the message names the store. `store_gone`:
+// the store is not coming back (node 0's TCP store, whose connection broke), so waiting for it
+// is pointless; otherwise (etcd) a later request may find a member again.
 class ControlStoreError : public ControlError {
  public:
-  using ControlError::ControlError;
+  explicit ControlStoreError(const std::string& what, bool store_gone = false)
+      : ControlError(what), store_gone_(store_gone) {}
+  bool store_gone() const { return store_gone_; }
+
+ private:
+  bool store_gone_;
 };
 
 // Where a reader of a roster is: entries past it are new. 0: before the first.

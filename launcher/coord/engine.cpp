@@ -80,6 +80,8 @@ struct ControlEngine::Decision {
   std::set<int> joined;
   RosterCursor waiting_at = 0;
   std::set<int> waiting;
+  bool deciding = false;      // this node decides the generation asked about last
+  std::vector<int> previous;  // the members of the generation before it
 };
 
 struct ControlEngine::Watch {
@@ -208,27 +210,34 @@ void ControlEngine::join_run() {
     if (!current) {
       const std::string token = fresh_token();
       token_ = token;  // seal() binds the pointer to the token it names
-      if (store_->swap("run", std::nullopt, seal("run", token))) {
+      // The pointer names the run and when it started: a run younger than the heartbeat timeout
+      // is live even before its first launcher presented itself.
+      if (store_->swap("run", std::nullopt, seal("run", token + " " + std::to_string(wall_ms())))) {
         spdlog::debug("control plane: started run {} in {}", token, store_->where());
         return;
       }
       continue;  // another launcher was first: join its run
     }
     std::optional<Entry> pointer = open_entry("run", *current);
-    if (!pointer) {
+    const std::size_t space = pointer ? pointer->payload.find(' ') : std::string::npos;
+    const auto started =
+        space == std::string::npos ? std::nullopt : number(pointer->payload.substr(space + 1));
+    if (!started) {
       // Not this job's: whoever could write it could as well have deleted it.
       store_->swap("run", current, std::nullopt);
       continue;
     }
-    if (!store_->outlives_launchers() || run_is_live(pointer->payload)) {
-      token_ = pointer->payload;
+    const std::string token = pointer->payload.substr(0, space);
+    if (!store_->outlives_launchers() ||
+        wall_ms() - *started < options_.heartbeat_timeout.count() || run_is_live(token)) {
+      token_ = token;
       return;
     }
     spdlog::info(
         "control plane: the records of run {} in {} are left from an earlier run of "
         "job '{}' whose launchers are all gone; starting a new run",
-        pointer->payload, store_->where(), options_.job_id);
-    if (store_->swap("run", current, std::nullopt)) store_->erase(pointer->payload + "/");
+        token, store_->where(), options_.job_id);
+    if (store_->swap("run", current, std::nullopt)) store_->erase(token + "/");
   }
   throw ControlError("could not join or start the run of job '" + options_.job_id + "' in " +
                      store_->where() + ": it kept changing (" + std::to_string(kAttempts) +
@@ -504,26 +513,43 @@ std::optional<std::vector<int>> ControlEngine::decide(int generation, Clock::tim
     return read_entries(*store_, roster, c);
   };
   refresh(d.roll, read);
-  std::set<int> lost = d.roll.lost_nodes();
-  std::vector<int> previous;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    previous = current_members_;
-  }
-  // The decider is the lowest live node (node 0 on the TCP store).
-  for (const auto& [node, launcher] : d.roll.present) {
-    if (lost.count(node) || !d.roll.live(node)) continue;
-    if (node != options_.node_rank) return std::nullopt;
-    break;
-  }
+  const std::set<int> lost = d.roll.lost_nodes();
   if (d.generation != generation) {
     d.generation = generation;
     d.join_at = 0;
     d.joined.clear();
+    d.previous.clear();
+    if (generation > 0) {
+      const std::string roster = gen("members", generation - 1);
+      if (std::optional<Entry> e = first_entry(*store_, roster)) {
+        d.previous =
+            decode_members(e->payload, "'" + name(roster) + "' in " + store_->where()).nodes;
+      }
+    }
   }
   for (const Entry& e : read_entries(*store_, gen("join", generation), d.join_at)) {
     d.joined.insert(e.node);
   }
+  // The decider is the lowest live node that joined the generation among the previous
+  // generation's members (node 0 on the TCP store), or among all when none of those is alive: a
+  // member that died before it could join (its heartbeat not overdue yet) holds nobody up, and a
+  // node waiting to be admitted never decides while a member lives.
+  std::set<int> members_alive;
+  for (int n : d.previous) {
+    if (!lost.count(n) && d.roll.live(n)) members_alive.insert(n);
+  }
+  d.deciding = false;
+  for (int n : d.joined) {
+    if (lost.count(n) || !d.roll.live(n)) continue;
+    if (!members_alive.empty() && !members_alive.count(n)) continue;
+    if (n != options_.node_rank) return std::nullopt;
+    break;
+  }
+  if (!d.joined.count(options_.node_rank) ||
+      (!members_alive.empty() && !members_alive.count(options_.node_rank))) {
+    return std::nullopt;
+  }
+  d.deciding = true;
   GenerationCandidates c;
   c.generation = generation;
   for (int n : d.joined) {
@@ -540,7 +566,7 @@ std::optional<std::vector<int>> ControlEngine::decide(int generation, Clock::tim
   if (!options_.elastic() || generation == 0) {
     for (int n = 0; n < options_.nnodes; ++n) c.expected.insert(n);
   } else {
-    c.expected.insert(previous.begin(), previous.end());
+    c.expected.insert(d.previous.begin(), d.previous.end());
     for (const Entry& e : read_entries(*store_, "waiting", d.waiting_at)) d.waiting.insert(e.node);
     for (int n : d.waiting) {
       if (d.roll.present.count(n)) c.expected.insert(n);
@@ -620,9 +646,10 @@ Membership ControlEngine::join_generation(Generation requested) {
         throw ControlError("the nodes did not form " + what + " within the rendezvous deadline (" +
                            seconds_text(options_.rendezvous_timeout) + " s, --rendezvous_timeout)");
       }
-      RosterCursor none = 0;
+      // The decider is woken by the next node's arrival, the others by the decision.
+      const bool deciding = decision_->deciding;
       store_->wait(
-          name(roster), none,
+          name(deciding ? gen("join", generation) : roster), deciding ? decision_->join_at : 0,
           std::min(kControlPollInterval, std::chrono::duration_cast<milliseconds>(deadline - now)));
     }
     Membership m = membership_of(members, me, options_.equal_node_sizes);
@@ -745,6 +772,10 @@ void ControlEngine::watch_loop() {
       if (stopping_) return;
       // A store that does not answer for the heartbeat timeout has lost this node.
       spdlog::debug("{}", e.what());
+      if (e.store_gone()) {
+        lose("lost the control connection to " + store_->where() + ": " + e.what());
+        return;
+      }
       if (Clock::now() - w.last_ok >= options_.heartbeat_timeout) {
         lose("lost the control connection to " + store_->where() + " for " +
              seconds_text(options_.heartbeat_timeout) + " s: " + e.what());
@@ -930,7 +961,7 @@ void ControlEngine::leave() {
   }
   const std::optional<std::string> pointer = store_->get({"run"}).front();
   if (pointer) {
-    if (auto p = open_entry("run", *pointer); p && p->payload == token_) {
+    if (auto p = open_entry("run", *pointer); p && p->payload.rfind(token_ + " ", 0) == 0) {
       store_->swap("run", pointer, std::nullopt);
     }
   }

@@ -147,7 +147,8 @@ class TcpControlStore final : public ControlStore {
     try {
       return f();
     } catch (const StoreError& e) {
-      throw ControlStoreError(std::string(what) + " at " + where() + ": " + e.what());
+      // A connection to node 0's store does not come back: node 0 ended, or the network did.
+      throw ControlStoreError(std::string(what) + " at " + where() + ": " + e.what(), true);
     }
   }
 

@@ -117,11 +117,12 @@ class EngineTest : public ::testing::TestWithParam<Kind> {
   };
 
   // `nnodes` nodes through the rendezvous and generation 0, watching.
-  std::vector<Running> start(int nnodes, int min_nnodes = 0) const {
+  // `count` of them (all when 0; fewer: an elastic job starts without the others).
+  std::vector<Running> start(int nnodes, int min_nnodes = 0, int count = 0) const {
     std::vector<std::future<Running>> futures;
     std::unique_ptr<ControlEngine> first =
         node(options(0, nnodes, min_nnodes));  // hosts a TCP store
-    for (int n = 0; n < nnodes; ++n) {
+    for (int n = 0; n < (count > 0 ? count : nnodes); ++n) {
       std::unique_ptr<ControlEngine> engine = n == 0 ? std::move(first) : nullptr;
       futures.push_back(std::async(
           std::launch::async, [this, n, nnodes, min_nnodes, e = std::move(engine)]() mutable {
@@ -484,9 +485,11 @@ TEST_P(EngineTest, AnUnsignedClaimTakesNoNodeRank) {
   c0->abandon();
 }
 
-// An unsigned "waiting" of a node that never existed, in an elastic 2:3 job: no restart.
+// An unsigned "waiting" of a node that never existed, in an elastic 2:3 job running on 2 nodes:
+// no restart.
 TEST_P(EngineTest, AnUnsignedWaitingNodeIsNotAdmitted) {
-  std::vector<Running> nodes = start(2, 2);
+  std::vector<Running> nodes = start(3, 2, 2);
+  EXPECT_EQ(nodes[0].membership.nodes, (std::vector<int>{0, 1}));
   stranger()->append(nodes[0].engine->run_token() + "/waiting", "-:2:ghost:");
   std::this_thread::sleep_for(milliseconds(800));
   EXPECT_FALSE(nodes[0].stop->generation_failure(Generation(0)));
