@@ -7,10 +7,13 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="$root/build-tsan"
-# The transport, the stores, the launcher's units (options, plan, control channel over real
-# sockets, restart policy) and its supervisor parts, and Gloo's mesh without LibTorch.
+# The transport, the stores, the launcher's units (options, plan, restart policy), the
+# control-plane engine on memory and node 0's TCP store over real sockets (its etcd cases run in
+# the main suite), the supervisor parts, and Gloo's mesh without LibTorch.
 targets=(net_test store_suite_test store_tcp_test launcher_unit_test launcher_output_test
-         launcher_watchdog_test launcher_group_stop_test env_contract_test gloo_lazy_test)
+         launcher_watchdog_test launcher_group_stop_test env_contract_test gloo_lazy_test
+         launcher_control_engine_test)
+export GTEST_FILTER="${GTEST_FILTER:--*Etcd*}"
 regex="${1:-^($(IFS='|'; echo "${targets[*]}"))\$}"
 jobs="${TSAN_JOBS:-$(nproc)}"
 started=$(date +%s)

@@ -140,6 +140,14 @@ class EngineTest : public ::testing::TestWithParam<Kind> {
     return nodes;
   }
 
+  // Both nodes' processes of generation 0 exit 0 and the nodes finish: no failure anywhere.
+  static void succeed_and_finish(std::vector<Running>& nodes) {
+    for (Running& n : nodes) n.engine->report_generation_success(Generation(0));
+    auto f1 = std::async(std::launch::async, [&] { return nodes[1].engine->finish(); });
+    EXPECT_FALSE(nodes[0].engine->finish());
+    EXPECT_FALSE(f1.get());
+  }
+
   // The envelope a launcher of this job would write under `name` (engine.h), signed with
   // `secret`: what only a holder of the job's secret can make.
   static std::string signed_record(const std::string& name, int node, const std::string& payload,
@@ -456,9 +464,7 @@ TEST_P(EngineTest, AnUnsignedDoneIsNotCounted) {
   nodes[1].engine->report_generation_success(Generation(0));
   EXPECT_TRUE(
       wait_until([&] { return nodes[0].stop->succeeded(Generation(0)); }, milliseconds(2000)));
-  auto f1 = std::async(std::launch::async, [&] { return nodes[1].engine->finish(); });
-  EXPECT_FALSE(nodes[0].engine->finish());
-  EXPECT_FALSE(f1.get());
+  succeed_and_finish(nodes);
 }
 
 // An unsigned goodbye of node 1, then node 1 crashes: it is still declared lost.
@@ -494,11 +500,7 @@ TEST_P(EngineTest, AnUnsignedWaitingNodeIsNotAdmitted) {
   std::this_thread::sleep_for(milliseconds(800));
   EXPECT_FALSE(nodes[0].stop->generation_failure(Generation(0)));
   EXPECT_FALSE(nodes[1].stop->generation_failure(Generation(0)));
-  nodes[0].engine->report_generation_success(Generation(0));
-  nodes[1].engine->report_generation_success(Generation(0));
-  auto f1 = std::async(std::launch::async, [&] { return nodes[1].engine->finish(); });
-  EXPECT_FALSE(nodes[0].engine->finish());
-  EXPECT_FALSE(f1.get());
+  succeed_and_finish(nodes);
 }
 
 // An earlier run crashed after its failure; its signed records stay (or are put back). The next
@@ -523,11 +525,7 @@ TEST_P(EngineTest, AnEarlierRunsRecordsAreNotThisRunsOwn) {
   EXPECT_LT(Clock::now() - started, milliseconds(4000));
   std::this_thread::sleep_for(milliseconds(300));
   EXPECT_FALSE(nodes[0].stop->requested());
-  nodes[0].engine->report_generation_success(Generation(0));
-  nodes[1].engine->report_generation_success(Generation(0));
-  auto f1 = std::async(std::launch::async, [&] { return nodes[1].engine->finish(); });
-  EXPECT_FALSE(nodes[0].engine->finish());
-  EXPECT_FALSE(f1.get());
+  succeed_and_finish(nodes);
 }
 
 // Every record of a running job deleted: every node stops within the heartbeat timeout, saying
@@ -598,11 +596,7 @@ TEST_P(EngineTest, WithoutASecretAFailureWithExitCodeZeroIsRefused) {
   std::this_thread::sleep_for(milliseconds(500));
   EXPECT_FALSE(nodes[0].stop->requested());
   EXPECT_FALSE(nodes[1].stop->requested());
-  nodes[0].engine->report_generation_success(Generation(0));
-  nodes[1].engine->report_generation_success(Generation(0));
-  auto f1 = std::async(std::launch::async, [&] { return nodes[1].engine->finish(); });
-  EXPECT_FALSE(nodes[0].engine->finish());
-  EXPECT_FALSE(f1.get());
+  succeed_and_finish(nodes);
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores, EngineTest,
