@@ -282,17 +282,24 @@ bool ControlEngine::run_is_live(const std::string& token) {
 
 bool ControlEngine::claim(int node) {
   // The holder of a rank is the first launcher to claim it that was not declared lost since.
-  std::set<std::string> lost;
-  RosterCursor lost_at = 0;
-  for (const Entry& e : read_entries(*store_, "lost", lost_at)) lost.insert(e.payload);
+  // Who was lost is read only when another launcher's claim comes first.
+  std::optional<std::set<std::string>> lost;
   const std::string roster = gen("claim", node);
   auto holder = [&]() -> std::optional<Entry> {
     RosterCursor cursor = 0;
     for (Entry& e : read_entries(*store_, roster, cursor)) {
-      if (!lost.count(e.launcher)) return std::move(e);
+      if (e.launcher == launcher_) return std::move(e);
+      if (!lost) {
+        lost.emplace();
+        RosterCursor lost_at = 0;
+        for (const Entry& l : read_entries(*store_, "lost", lost_at)) lost->insert(l.payload);
+      }
+      if (!lost->count(e.launcher)) return std::move(e);
     }
     return std::nullopt;
   };
+  // Claimed only while nobody holds it: a refused claim left in the roster would stand next in
+  // line for the rank once its holder is lost.
   std::optional<Entry> h = holder();
   if (!h) {
     append(*store_, roster, "");

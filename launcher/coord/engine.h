@@ -100,6 +100,7 @@ class ControlEngine final : public Control {
   void join_run();
   bool run_is_live(const std::string& token);
   void claim_rank();
+  // Claims node rank `node` unless another launcher holds it; true when this launcher does.
   bool claim(int node);
   void beat(ControlStore& store);
   // The job's failure: the first entry of "failed" that verifies and decodes.

@@ -599,6 +599,17 @@ TEST_P(EngineTest, WithoutASecretAFailureWithExitCodeZeroIsRefused) {
   succeed_and_finish(nodes);
 }
 
+// Whatever asks a job to stop from outside with exit code 0, the job does not end as a success.
+TEST(ExternalStopRequest, ExitCodeZeroCountsAsAFailure) {
+  ExternalStop stop;
+  stop.request(0, "a stranger's record");
+  ASSERT_TRUE(stop.requested());
+  EXPECT_EQ(stop.requested()->first, 1);
+  ExternalStop other;
+  other.request(137, "killed");
+  EXPECT_EQ(other.requested()->first, 137);
+}
+
 INSTANTIATE_TEST_SUITE_P(Stores, EngineTest,
                          ::testing::Values(Kind::kMemory, Kind::kTcp, Kind::kEtcd),
                          [](const ::testing::TestParamInfo<Kind>& info) {
