@@ -81,6 +81,7 @@ struct ControlEngine::Decision {
   RosterCursor waiting_at = 0;
   std::set<int> waiting;
   bool deciding = false;      // this node decides the generation asked about last
+  int looks = 0;              // decide() calls
   std::vector<int> previous;  // the members of the generation before it
 };
 
@@ -519,8 +520,6 @@ std::optional<std::vector<int>> ControlEngine::decide(int generation, Clock::tim
   auto read = [&](const std::string& roster, RosterCursor& c) {
     return read_entries(*store_, roster, c);
   };
-  refresh(d.roll, read);
-  const std::set<int> lost = d.roll.lost_nodes();
   if (d.generation != generation) {
     d.generation = generation;
     d.join_at = 0;
@@ -541,22 +540,31 @@ std::optional<std::vector<int>> ControlEngine::decide(int generation, Clock::tim
   // generation's members (node 0 on the TCP store), or among all when none of those is alive: a
   // member that died before it could join (its heartbeat not overdue yet) holds nobody up, and a
   // node waiting to be admitted never decides while a member lives.
-  std::set<int> members_alive;
-  for (int n : d.previous) {
-    if (!lost.count(n) && d.roll.live(n)) members_alive.insert(n);
-  }
+  auto decider = [&]() -> int {
+    const std::set<int> lost = d.roll.lost_nodes();
+    std::set<int> members_alive;
+    for (int n : d.previous) {
+      if (!lost.count(n) && d.roll.live(n)) members_alive.insert(n);
+    }
+    for (int n : d.joined) {
+      if (lost.count(n) || !d.roll.live(n)) continue;
+      if (members_alive.empty() || members_alive.count(n)) return n;
+    }
+    return -1;
+  };
+  // Who is present, gone or lost is read again every tenth look, or when this node (or nobody
+  // it knows of) seems to decide: the others wait for the decision without loading the store.
   d.deciding = false;
-  for (int n : d.joined) {
-    if (lost.count(n) || !d.roll.live(n)) continue;
-    if (!members_alive.empty() && !members_alive.count(n)) continue;
-    if (n != options_.node_rank) return std::nullopt;
-    break;
+  bool fresh = ++d.looks % 10 == 0;
+  if (fresh) refresh(d.roll, read);
+  int who = decider();
+  if (!fresh && (who == options_.node_rank || who < 0)) {
+    refresh(d.roll, read);  // this node, or nobody it knows of: read who is there now
+    who = decider();
   }
-  if (!d.joined.count(options_.node_rank) ||
-      (!members_alive.empty() && !members_alive.count(options_.node_rank))) {
-    return std::nullopt;
-  }
+  if (who != options_.node_rank) return std::nullopt;
   d.deciding = true;
+  const std::set<int> lost = d.roll.lost_nodes();
   GenerationCandidates c;
   c.generation = generation;
   for (int n : d.joined) {
@@ -653,11 +661,13 @@ Membership ControlEngine::join_generation(Generation requested) {
         throw ControlError("the nodes did not form " + what + " within the rendezvous deadline (" +
                            seconds_text(options_.rendezvous_timeout) + " s, --rendezvous_timeout)");
       }
-      // The decider is woken by the next node's arrival, the others by the decision.
+      // The decider is woken by the next node's arrival, the others by the decision (they look
+      // again each heartbeat interval: a failure, the job's end, a decider lost).
       const bool deciding = decision_->deciding;
-      store_->wait(
-          name(deciding ? gen("join", generation) : roster), deciding ? decision_->join_at : 0,
-          std::min(kControlPollInterval, std::chrono::duration_cast<milliseconds>(deadline - now)));
+      store_->wait(name(deciding ? gen("join", generation) : roster),
+                   deciding ? decision_->join_at : 0,
+                   std::min(deciding ? kControlPollInterval : options_.heartbeat_interval,
+                            std::chrono::duration_cast<milliseconds>(deadline - now)));
     }
     Membership m = membership_of(members, me, options_.equal_node_sizes);
     std::lock_guard<std::mutex> state(mutex_);
