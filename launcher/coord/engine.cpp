@@ -38,6 +38,13 @@ std::optional<std::int64_t> number(std::string_view s) {
   return n;
 }
 
+// The time a "<token> <wall ms>" or "<count> <wall ms>" payload carries; nullopt for another one.
+std::optional<std::int64_t> stamp_of(const std::string& payload) {
+  const std::size_t space = payload.find(' ');
+  if (space == std::string::npos) return std::nullopt;
+  return number(std::string_view(payload).substr(space + 1));
+}
+
 bool contains(const std::vector<int>& nodes, int n) {
   return std::find(nodes.begin(), nodes.end(), n) != nodes.end();
 }
@@ -66,6 +73,13 @@ struct Roll {
     std::set<int> out;
     for (const auto& [node, l] : present) {
       if (lost.count(l)) out.insert(node);
+    }
+    return out;
+  }
+  std::set<int> live_nodes() const {
+    std::set<int> out;
+    for (const auto& [node, l] : present) {
+      if (live(node)) out.insert(node);
     }
     return out;
   }
@@ -149,12 +163,19 @@ std::vector<ControlEngine::Entry> ControlEngine::read_entries(ControlStore& stor
                                                               const std::string& roster,
                                                               RosterCursor& cursor,
                                                               std::size_t limit) {
+  return read_named(store, name(roster), cursor, limit);
+}
+
+std::vector<ControlEngine::Entry> ControlEngine::read_named(ControlStore& store,
+                                                            const std::string& full,
+                                                            RosterCursor& cursor,
+                                                            std::size_t limit) {
   std::vector<Entry> out;
   while (out.size() < limit) {
-    const std::vector<std::string> raw = store.read(name(roster), cursor, limit - out.size());
+    const std::vector<std::string> raw = store.read(full, cursor, limit - out.size());
     if (raw.empty()) break;
     for (const std::string& r : raw) {
-      if (auto e = open_entry(name(roster), r)) out.push_back(std::move(*e));
+      if (auto e = open_entry(full, r)) out.push_back(std::move(*e));
     }
   }
   return out;
@@ -173,16 +194,13 @@ void ControlEngine::append(ControlStore& store, const std::string& roster,
   store.append(name(roster), seal(name(roster), payload));
 }
 
-namespace {
-// Reads what is new in the rosters of who is in the job, through `read` (verified entries).
-void refresh(Roll& roll,
-             const std::function<std::vector<ControlEngine::Entry>(const std::string&,
-                                                                   RosterCursor&)>& read) {
-  for (const auto& e : read("present", roll.present_at)) roll.present[e.node] = e.launcher;
-  for (const auto& e : read("bye", roll.bye_at)) roll.gone.insert(e.launcher);
-  for (const auto& e : read("lost", roll.lost_at)) roll.lost.insert(e.payload);
+void ControlEngine::refresh(ControlStore& store, Roll& roll) {
+  for (const Entry& e : read_entries(store, "present", roll.present_at)) {
+    roll.present[e.node] = e.launcher;
+  }
+  for (const Entry& e : read_entries(store, "bye", roll.bye_at)) roll.gone.insert(e.launcher);
+  for (const Entry& e : read_entries(store, "lost", roll.lost_at)) roll.lost.insert(e.payload);
 }
-}  // namespace
 
 // --- joining ------------------------------------------------------------------------------------
 
@@ -219,16 +237,14 @@ void ControlEngine::join_run() {
       }
       continue;  // another launcher was first: join its run
     }
-    std::optional<Entry> pointer = open_entry("run", *current);
-    const std::size_t space = pointer ? pointer->payload.find(' ') : std::string::npos;
-    const auto started =
-        space == std::string::npos ? std::nullopt : number(pointer->payload.substr(space + 1));
+    const std::optional<Entry> pointer = open_entry("run", *current);
+    const std::optional<std::int64_t> started = pointer ? stamp_of(pointer->payload) : std::nullopt;
     if (!started) {
       // Not this job's: whoever could write it could as well have deleted it.
       store_->swap("run", current, std::nullopt);
       continue;
     }
-    const std::string token = pointer->payload.substr(0, space);
+    const std::string token = pointer->payload.substr(0, pointer->payload.find(' '));
     if (!store_->outlives_launchers() ||
         wall_ms() - *started < options_.heartbeat_timeout.count() || run_is_live(token)) {
       token_ = token;
@@ -249,13 +265,11 @@ bool ControlEngine::run_is_live(const std::string& token) {
   // A run is live when one of its launchers beat within the heartbeat timeout: at once by the
   // time its beat carries (clocks agree), else by seeing a beat change within the timeout. Its
   // launchers are those present; one that just started the run presents itself right after.
-  const std::string saved = token_;
-  token_ = token;
   RosterCursor cursor = 0;
   std::vector<std::string> keys;
   auto more = [&] {
-    for (const Entry& e : read_entries(*store_, "present", cursor)) {
-      keys.push_back(name("hb/" + e.launcher));
+    for (const Entry& e : read_named(*store_, token + "/present", cursor, SIZE_MAX)) {
+      keys.push_back(token + "/hb/" + e.launcher);
     }
   };
   const auto deadline = Clock::now() + options_.heartbeat_timeout;
@@ -267,17 +281,13 @@ bool ControlEngine::run_is_live(const std::string& token) {
     for (std::size_t i = 0; i < now.size() && !live; ++i) {
       const std::optional<Entry> beat = now[i] ? open_entry(keys[i], *now[i]) : std::nullopt;
       if (!beat) continue;
-      const std::size_t space = beat->payload.find(' ');
-      const auto at = space == std::string::npos
-                          ? std::nullopt
-                          : number(std::string_view(beat->payload).substr(space + 1));
+      const std::optional<std::int64_t> at = stamp_of(beat->payload);
       live = (at && wall_ms() - *at < options_.heartbeat_timeout.count()) ||
              (i < first.size() && first[i] != now[i]);
     }
     if (first.size() < now.size()) first = now;
     if (!live) std::this_thread::sleep_for(options_.heartbeat_interval);
   }
-  token_ = saved;
   return live;
 }
 
@@ -501,25 +511,14 @@ void ControlEngine::check_not_over(const std::string& while_doing) {
 
 // --- generations --------------------------------------------------------------------------------
 
-std::vector<int> ControlEngine::live_nodes(Watch& w) {
-  std::vector<int> live;
-  for (const auto& [node, launcher] : w.roll.present) {
-    if (w.roll.live(node)) live.push_back(node);
-  }
-  return live;
-}
-
-int ControlEngine::decider(Watch& w) {
-  const std::vector<int> live = live_nodes(w);
-  return live.empty() ? options_.node_rank : live.front();
+int ControlEngine::lead(const Roll& roll) const {
+  const std::set<int> live = roll.live_nodes();
+  return live.empty() ? options_.node_rank : *live.begin();
 }
 
 std::optional<std::vector<int>> ControlEngine::decide(int generation, Clock::time_point deadline,
                                                       std::optional<Clock::time_point>& last_call) {
   Decision& d = *decision_;
-  auto read = [&](const std::string& roster, RosterCursor& c) {
-    return read_entries(*store_, roster, c);
-  };
   if (d.generation != generation) {
     d.generation = generation;
     d.join_at = 0;
@@ -541,14 +540,12 @@ std::optional<std::vector<int>> ControlEngine::decide(int generation, Clock::tim
   // member that died before it could join (its heartbeat not overdue yet) holds nobody up, and a
   // node waiting to be admitted never decides while a member lives.
   auto decider = [&]() -> int {
-    const std::set<int> lost = d.roll.lost_nodes();
     std::set<int> members_alive;
     for (int n : d.previous) {
-      if (!lost.count(n) && d.roll.live(n)) members_alive.insert(n);
+      if (d.roll.live(n)) members_alive.insert(n);
     }
     for (int n : d.joined) {
-      if (lost.count(n) || !d.roll.live(n)) continue;
-      if (members_alive.empty() || members_alive.count(n)) return n;
+      if (d.roll.live(n) && (members_alive.empty() || members_alive.count(n))) return n;
     }
     return -1;
   };
@@ -556,20 +553,19 @@ std::optional<std::vector<int>> ControlEngine::decide(int generation, Clock::tim
   // it knows of) seems to decide: the others wait for the decision without loading the store.
   d.deciding = false;
   bool fresh = ++d.looks % 10 == 0;
-  if (fresh) refresh(d.roll, read);
+  if (fresh) refresh(*store_, d.roll);
   int who = decider();
   if (!fresh && (who == options_.node_rank || who < 0)) {
-    refresh(d.roll, read);  // this node, or nobody it knows of: read who is there now
+    refresh(*store_, d.roll);  // this node, or nobody it knows of: read who is there now
     who = decider();
   }
   if (who != options_.node_rank) return std::nullopt;
   d.deciding = true;
-  const std::set<int> lost = d.roll.lost_nodes();
   GenerationCandidates c;
   c.generation = generation;
   for (int n : d.joined) {
     // Not read as present yet (it presented itself after the roll was read): next time.
-    if (lost.count(n) || !d.roll.live(n)) continue;
+    if (!d.roll.live(n)) continue;
     // Elastic: a node is compared when it first joins a generation.
     if (options_.elastic() && n != options_.node_rank) {
       const std::optional<Presentation> theirs = presentation_of(n, *d.roll.launcher(n));
@@ -587,7 +583,7 @@ std::optional<std::vector<int>> ControlEngine::decide(int generation, Clock::tim
       if (d.roll.present.count(n)) c.expected.insert(n);
     }
   }
-  c.lost = lost;
+  c.lost = d.roll.lost_nodes();
   return ready_members(options_, c, Clock::now(), deadline, last_call, "through " + store_->where(),
                        "");
 }
@@ -887,21 +883,18 @@ void ControlEngine::watch_round(Watch& w) {
 void ControlEngine::watch_peers(Watch& w, int generation, const std::vector<int>& members) {
   const int me = options_.node_rank;
   ControlStore& store = *watch_store_;
-  auto read = [&](const std::string& roster, RosterCursor& c) {
-    return read_entries(store, roster, c);
-  };
   // The decider reads who is in the job every period, the others every fourth (it changes only
   // when a node arrives, leaves or is lost, and they watch only the decider meanwhile).
-  if (w.rounds % 4 == 0 || decider(w) == me) refresh(w.roll, read);
+  if (w.rounds % 4 == 0 || lead(w.roll) == me) refresh(store, w.roll);
   // The decider watches every other live node; every other node watches the decider.
-  const int lead = decider(w);
+  const int decider = lead(w.roll);
   std::vector<int> watched;
-  if (lead == me) {
-    for (int n : live_nodes(w)) {
+  if (decider == me) {
+    for (int n : w.roll.live_nodes()) {
       if (n != me) watched.push_back(n);
     }
   } else {
-    watched.push_back(lead);
+    watched.push_back(decider);
   }
   std::vector<std::string> keys;
   for (int n : watched) keys.push_back(name("hb/" + *w.roll.launcher(n)));
@@ -922,8 +915,9 @@ void ControlEngine::watch_peers(Watch& w, int generation, const std::vector<int>
   }
   // Elastic, the decider: a node waiting to be admitted fails the running generation (while
   // restarts are left), so that the next one takes it in.
-  if (lead != me || !options_.elastic() || generation < 0 || generation >= options_.max_restarts ||
-      w.admissions.count(generation) || w.ended.count(generation)) {
+  if (decider != me || !options_.elastic() || generation < 0 ||
+      generation >= options_.max_restarts || w.admissions.count(generation) ||
+      w.ended.count(generation)) {
     return;
   }
   RosterCursor cursor = 0;
@@ -969,13 +963,8 @@ void ControlEngine::leave() {
   if (!store_->outlives_launchers()) return;
   // The last launcher out removes the run and the pointer to it.
   Roll roll;
-  auto read = [&](const std::string& roster, RosterCursor& c) {
-    return read_entries(*store_, roster, c);
-  };
-  refresh(roll, read);
-  for (const auto& [node, launcher] : roll.present) {
-    if (roll.live(node)) return;
-  }
+  refresh(*store_, roll);
+  if (!roll.live_nodes().empty()) return;
   const std::optional<std::string> pointer = store_->get({"run"}).front();
   if (pointer) {
     if (auto p = open_entry("run", *pointer); p && p->payload.rfind(token_ + " ", 0) == 0) {
@@ -1057,16 +1046,12 @@ void ControlEngine::abandon() {
 void ControlEngine::await_goodbyes(const std::function<bool()>& lingering) {
   std::optional<Clock::time_point> linger;
   Roll roll;
-  auto read = [&](const std::string& roster, RosterCursor& c) {
-    std::lock_guard<std::mutex> lock(store_mutex_);
-    return read_entries(*store_, roster, c);
-  };
   while (true) {
-    refresh(roll, read);
-    std::set<int> pending;
-    for (const auto& [node, launcher] : roll.present) {
-      if (roll.live(node)) pending.insert(node);
+    {
+      std::lock_guard<std::mutex> lock(store_mutex_);
+      refresh(*store_, roll);
     }
+    const std::set<int> pending = roll.live_nodes();
     if (pending.empty()) return;
     if (!linger && lingering()) linger = Clock::now() + options_.linger_timeout;
     if (linger && Clock::now() >= *linger) {

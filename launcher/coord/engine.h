@@ -51,6 +51,8 @@
 
 namespace ddl::launcher {
 
+struct Roll;  // who is in the job, as the engine read it (engine.cpp)
+
 class ControlEngine final : public Control {
  public:
   // Joins or starts the job's run in `store` and claims the node rank (given, or the lowest free
@@ -94,6 +96,11 @@ class ControlEngine final : public Control {
   // Verified entries of `roster` past `cursor`.
   std::vector<Entry> read_entries(ControlStore& store, const std::string& roster,
                                   RosterCursor& cursor, std::size_t limit = SIZE_MAX);
+  // The same for a roster by its full name (another run's, for one).
+  std::vector<Entry> read_named(ControlStore& store, const std::string& full, RosterCursor& cursor,
+                                std::size_t limit);
+  // Reads what is new in the rosters of who is in the job (present, bye, lost).
+  void refresh(ControlStore& store, Roll& roll);
   std::optional<Entry> first_entry(ControlStore& store, const std::string& roster);
   void append(ControlStore& store, const std::string& roster, const std::string& payload);
 
@@ -110,10 +117,10 @@ class ControlEngine final : public Control {
   // Node `node`'s presentation (by `launcher`, when not empty), nullopt while there is none.
   std::optional<Presentation> presentation_of(int node, const std::string& launcher);
   void compare_with(int node, const Presentation& theirs);
-  std::vector<int> live_nodes(Watch& watch);
   // This launcher (not only its node rank) takes part in `m`.
   bool is_member(const Members& m) const;
-  int decider(Watch& watch);
+  // The lowest live node of `roll` (this node when it knows of none): who watches the others.
+  int lead(const Roll& roll) const;
   // Reads what is new in "described": every node's presentation, for the decider.
   void read_presentations();
   std::optional<std::vector<int>> decide(
