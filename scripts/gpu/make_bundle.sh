@@ -28,6 +28,8 @@ readonly PACKAGES=(
   libspdlog-dev libspdlog1.10 libfmt-dev libfmt9
   zlib1g-dev zlib1g
   libgtest-dev
+  # OpenSSL: the etcd client's TLS (launcher/coord/etcd_client.cpp).
+  libssl-dev libssl3
 )
 readonly MNIST_FILES=(train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte
                       t10k-labels-idx1-ubyte)
