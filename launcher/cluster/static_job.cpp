@@ -59,7 +59,7 @@ std::vector<env::Endpoint> cloud_endpoints(const JobConfig& config,
 }  // namespace
 
 std::vector<env::Endpoint> static_endpoints(const JobConfig& config, const NodeTopology& topology) {
-  if (topology.cloud) return cloud_endpoints(config, *topology.cloud);
+  if (topology.cloud()) return cloud_endpoints(config, *topology.cloud());
   return consecutive_ports(config, topology.hosts, config.started_port.value_or(kPaddleStaticPort),
                            config.started_port ? "--started_port" : "Paddle's default");
 }

@@ -22,8 +22,8 @@
 //   switch); collective jobs only. Checked first: --cluster_node_ips/--node_ip given alongside
 //   are ignored, as Paddle ignores them. The node list is PADDLE_TRAINERS, the node rank
 //   PADDLE_TRAINER_ID.
-// Paddle's node lists (--cluster_node_ips and PaddleCloud) are `paddle_static`: without a secret
-// every node computes the endpoints itself (launcher/cluster/static_job.h).
+// Paddle's node lists (--cluster_node_ips, a rank mapping and PaddleCloud) are `paddle_static`:
+// without a secret every node computes the endpoints itself (launcher/cluster/static_job.h).
 // --nnodes=MIN:MAX (torchrun's elastic spelling) gives nnodes = MAX and min_nnodes = MIN; each
 // node still names itself with --node_rank (< MAX), and node 0 hosts the control store.
 // - An etcd cluster (--rdzv_backend=etcd|etcd-v2 --rdzv_endpoint=H:P,..., or Paddle 2.x's
@@ -31,6 +31,9 @@
 //   (`control` is unset); --nnodes and --node_rank as in torchrun's spelling, the ranks handed out
 //   by etcd when --node_rank is not given. It combines with no other spelling: the node flags,
 //   Slurm, MPI and PaddleCloud are not consulted.
+// The command line's case (LaunchOptions::nodes) is decided by parse_options; resolve_topology
+// decides, once, whether the environment describes the nodes instead: PaddleCloud's variables
+// (as above), then, for a command line without node flags, Open MPI's and Slurm's.
 // With more than one node and no etcd, node 0's launcher hosts the control store at
 // <node 0's address>:<control port>, the port being --master_port, else --started_port - 1, else
 // kDefaultControlPort (29500).
@@ -46,28 +49,31 @@
 
 namespace ddl::launcher {
 
+// The nodes as this launcher runs them: how they are described (the case decided, with its own
+// data), and what every case comes down to.
 struct NodeTopology {
+  NodeDescription how = nodes::OneNode{};
   int nnodes = 1;      // elastic: the most nodes (MAX of --nnodes=MIN:MAX)
   int min_nnodes = 1;  // the fewest nodes the job runs on (nnodes unless elastic)
   int node_rank = 0;
-  // No node rank given where the launcher's spelling lets node 0 hand them out (torchrun's c10d
-  // backend, Paddle's --master without --rank): node_rank is known once the control channel is
-  // up (launcher/coord/engine.h, kAutoNodeRank).
+  // No node rank given where the spelling lets node 0 or etcd hand them out (LaunchOptions::
+  // auto_node_rank): node_rank is known once the control plane is up (launcher/coord/engine.h,
+  // kAutoNodeRank).
   bool auto_node_rank = false;
-  std::vector<std::string> hosts;  // every node's address, when given (not with torchrun's)
+  std::vector<std::string> hosts;  // every node's address, when given (not when counted)
   // This node's address in its workers' endpoints; unset: find the route towards control.host.
   std::optional<std::string> local_host;
   env::Endpoint control;  // node 0's control store; meaningful when nnodes > 1 without etcd
-  // Not empty: the etcd cluster that is the control plane (LaunchOptions::etcd_endpoints).
-  std::vector<env::Endpoint> etcd;
   std::string source;     // how the nodes were given, for messages ("--cluster_node_ips", ...)
-  // Paddle's static spellings: the node list is given (--cluster_node_ips, PaddleCloud), and
-  // Paddle computes every endpoint on each node without talking to the others.
-  bool paddle_static = false;
-  std::optional<env::PaddleCloudNode> cloud;  // PaddleCloud's description, when it gave the nodes
 
   bool multi_node() const { return nnodes > 1; }
   bool elastic() const { return min_nnodes < nnodes; }
+  const nodes::Etcd* etcd() const { return etcd_of(how); }
+  const env::PaddleCloudNode* cloud() const {
+    const auto* c = std::get_if<nodes::PaddleCloud>(&how);
+    return c ? &c->cloud : nullptr;
+  }
+  bool paddle_static() const { return launcher::paddle_static(how); }
 };
 
 // Throws PlanError (launcher/cluster/plan.h) for a control port out of range or --use_paddlecloud

@@ -87,7 +87,7 @@ JobDescription describe_job(const LaunchOptions& options, const NodeTopology& to
       {"worker program", std::filesystem::path(options.worker).filename().string()},
       // Nodes may reach an etcd cluster through different members: only "etcd" must agree.
       {"control store",
-       topology.etcd.empty() ? topology.control.str() : std::string("etcd")},
+       topology.etcd() ? std::string("etcd") : topology.control.str()},
       {"max_restarts", std::to_string(options.max_restarts)},
   };
   // Only a parameter-server job has servers to agree on; a collective job's description is as
@@ -167,8 +167,8 @@ std::shared_ptr<const MungeAdmission> munge_admission(
 
 // Where the control plane is, for messages: node 0's control store, or the etcd cluster.
 std::string control_plane_where(const NodeTopology& topology) {
-  return topology.etcd.empty() ? topology.control.str()
-                               : "etcd " + env::join_endpoints(topology.etcd);
+  return topology.etcd() ? "etcd " + env::join_endpoints(topology.etcd()->endpoints)
+                         : topology.control.str();
 }
 
 // How this node reaches node 0's control store (or the etcd cluster); says which node this is.
@@ -178,10 +178,10 @@ ControlOptions control_options_for(const LaunchOptions& options, const NodeTopol
                                    std::shared_ptr<const MungeAdmission> munge) {
   ControlOptions control_options;
   control_options.endpoint = topology.control;
-  control_options.etcd_endpoints = topology.etcd;
+  if (topology.etcd()) control_options.etcd_endpoints = topology.etcd()->endpoints;
   control_options.etcd_security = options.etcd_security;
   control_options.job_id = control_job_id(caller_job_id);
-  if (!topology.etcd.empty()) {
+  if (topology.etcd()) {
     // The job's keys in etcd are named after the id the user gave (torchrun's --rdzv_id,
     // Paddle's --job_id), so that jobs sharing an etcd cluster stay apart.
     control_options.job_id =
@@ -201,7 +201,7 @@ ControlOptions control_options_for(const LaunchOptions& options, const NodeTopol
   if (topology.auto_node_rank) {
     control_options.node_rank = kAutoNodeRank;
     spdlog::info("node ? of {} ({}, no node rank given: {} hands them out); control store at {}",
-                 topology.nnodes, topology.source, topology.etcd.empty() ? "node 0" : "etcd",
+                 topology.nnodes, topology.source, topology.etcd() ? "etcd" : "node 0",
                  control_plane_where(topology));
   } else {
     spdlog::info("node {} of {} ({}); control store at {}", topology.node_rank, topology.nnodes,
@@ -225,7 +225,7 @@ std::vector<env::Endpoint> published_endpoints(const LaunchOptions& options,
     host = *options.master_addr;
   } else {
     const env::Endpoint& towards =
-        topology.etcd.empty() ? topology.control : topology.etcd.front();
+        topology.etcd() ? topology.etcd()->endpoints.front() : topology.control;
     host = net::route_address_towards(towards.host, towards.port);
   }
   std::vector<std::uint16_t> ports =
@@ -502,13 +502,13 @@ class JobRun {
     IdentityRequest request;
     const bool listed = options_.explicit_endpoints() && listed_hosts(options_) > 1;
     request.nnodes = listed ? listed_hosts(options_) : topology_.nnodes;
-    request.paddle_static = topology_.paddle_static;
+    request.paddle_static = topology_.paddle_static();
     request.listed_hosts = listed;
     request.caller_secret = non_empty(context_.caller_env, env::kJobSecret);
     request.require_secret = options_.require_secret || secret_required_by(context_.caller_env);
     request.source = listed ? std::string("--servers/--workers") : topology_.source;
     request.slurm_job = non_empty(context_.caller_env, env::kSlurmJobId);
-    request.etcd = !topology_.etcd.empty();
+    request.etcd = topology_.etcd() != nullptr;
     identity_ = choose_identity(request);
     // A restart of this node alone would leave the other nodes' workers behind (a local restart
     // cannot restart them), so a static job of Paddle's node list does not restart.
@@ -553,7 +553,8 @@ class JobRun {
 
   // As Paddle's cloud_utils: PaddleCloud's node list wins over --cluster_node_ips given alongside.
   void warn_ignored_node_flags() const {
-    if (!topology_.cloud || !options_.cluster_node_ips_given) return;
+    const auto* list = std::get_if<nodes::NodeList>(&options_.nodes);
+    if (!topology_.cloud() || list == nullptr || !list->hosts_given) return;
     std::string given;
     for (const auto& ip : options_.cluster_node_ips) given += (given.empty() ? "" : ",") + ip;
     std::string cloud;

@@ -532,7 +532,7 @@ std::vector<FlagSpec> rendezvous() {
           .config([](const LaunchOptions& o) {
             // What the rendezvous reaches, as torchrun resolves it: the etcd members, else node
             // 0's HOST:PORT (the static backend's master_addr:master_port included).
-            if (o.etcd()) return std::optional(env::join_endpoints(o.etcd_endpoints));
+            if (o.etcd()) return std::optional(env::join_endpoints(o.etcd()->endpoints));
             if (!o.master_addr) return std::optional<std::string>("None");
             return std::optional(*o.master_addr + ":" + std::to_string(o.workers_master_port()));
           })

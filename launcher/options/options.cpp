@@ -18,10 +18,6 @@
 
 namespace ddl::launcher {
 
-bool LaunchOptions::node_flags_given() const {
-  return cluster_node_ips_given || node_ip_given || node_count_spelling();
-}
-
 int LaunchOptions::node_index() const {
   auto it = std::find(cluster_node_ips.begin(), cluster_node_ips.end(), node_ip);
   return static_cast<int>(it - cluster_node_ips.begin());
@@ -264,12 +260,11 @@ PsFlags parse_ps_flags(const GivenFlags& r, LaunchOptions& o) {
   return ps;
 }
 
-// --cluster_node_ips, --node_ip and torchrun's --local_addr.
-void parse_node_addresses(const GivenFlags& r, LaunchOptions& o) {
-  if (auto ips = r.get("cluster_node_ips")) {
-    o.cluster_node_ips = parse_ips(ips->spelling, ips->value);
-    o.cluster_node_ips_given = true;
-  }
+// --cluster_node_ips, --node_ip and torchrun's --local_addr; returns whether a node list was
+// given.
+bool parse_node_addresses(const GivenFlags& r, LaunchOptions& o) {
+  const std::optional<GivenFlag> ips = r.get("cluster_node_ips");
+  if (ips) o.cluster_node_ips = parse_ips(ips->spelling, ips->value);
   if (r.has("node_ip")) {
     const std::string ip = r.value("node_ip");
     o.node_ip = check_ip("node_ip", ip, ip);
@@ -283,8 +278,9 @@ void parse_node_addresses(const GivenFlags& r, LaunchOptions& o) {
     o.node_ip = check_ip("local_addr", ip, ip);
     o.node_ip_given = true;
     // torchrun's flag names this node only; a single-node job is then that one address.
-    if (!o.cluster_node_ips_given) o.cluster_node_ips = {ip};
+    if (!ips) o.cluster_node_ips = {ip};
   }
+  return ips.has_value();
 }
 
 // --rdzv_conf=KEY=VALUE,...: last_call_timeout=S, and for etcd TLS and authentication in
@@ -365,8 +361,9 @@ void parse_node_count(const GivenFlags& r, LaunchOptions& o) {
 
 // Node 0 in each launcher's spelling: --master_addr/--master_port, --master, --rdzv_endpoint
 // (with --rdzv_backend); or, instead of node 0, an etcd cluster (--rdzv_backend=etcd|etcd-v2 with
-// --rdzv_endpoint, or --master=etcd://); and the node rank.
-void parse_node_zero(const GivenFlags& r, LaunchOptions& o) {
+// --rdzv_endpoint, or --master=etcd://), which it returns; and the node rank.
+std::optional<nodes::Etcd> parse_node_zero(const GivenFlags& r, LaunchOptions& o) {
+  std::optional<nodes::Etcd> etcd;
   o.node_rank = r.integer("node_rank");
   if (r.has("master_addr")) {
     const std::string v = r.value("master_addr");
@@ -401,8 +398,7 @@ void parse_node_zero(const GivenFlags& r, LaunchOptions& o) {
       if (list.find("etcd://") != std::string::npos) {
         bad_value("master", v, "write etcd:// once, before the list: etcd://HOST:PORT,HOST:PORT");
       }
-      o.etcd_endpoints = parse_etcd_endpoints("master", v, list);
-      o.etcd_spelling = "--master=etcd://";
+      etcd = nodes::Etcd{parse_etcd_endpoints("master", v, list), "--master=etcd://"};
     } else {
       if (o.master_addr || o.master_port) {
         bad_value("master", v, "give either --master or --master_addr/--master_port, not both");
@@ -427,8 +423,7 @@ void parse_node_zero(const GivenFlags& r, LaunchOptions& o) {
                 "give either --rdzv_endpoint (with " + spelling + ") or --master, not both");
     }
     no_master_flags("rdzv_endpoint", v);
-    o.etcd_endpoints = parse_etcd_endpoints("rdzv_endpoint", v, v);
-    o.etcd_spelling = spelling;
+    etcd = nodes::Etcd{parse_etcd_endpoints("rdzv_endpoint", v, v), spelling};
   } else if (r.has("rdzv_endpoint")) {
     const std::string v = r.value("rdzv_endpoint");
     if (o.master_addr || o.master_port) {
@@ -443,8 +438,10 @@ void parse_node_zero(const GivenFlags& r, LaunchOptions& o) {
                         ? kDefaultRendezvousPort
                         : parse_int_flag("rdzv_endpoint", v.substr(colon + 1), 1, 65535);
   }
-  o.static_master = r.has("master_addr") && !c10d && !o.etcd();
-  o.auto_node_rank = !o.node_rank && (r.has("master") || c10d || o.etcd());
+  if (!etcd && (o.nnodes || o.node_rank || o.master_addr)) {
+    o.nodes = nodes::ControlStore{r.has("master_addr") && !c10d, r.has("master") || c10d};
+  }
+  return etcd;
 }
 
 // --rank_mapping_file with --enable_auto_mapping: the file names the nodes and each node's ranks
@@ -467,7 +464,7 @@ void parse_rank_mapping_flags(const GivenFlags& r, const PsFlags& ps, const Mach
         "--rank_mapping_file places the ranks of a collective job; it cannot be "
         "combined with --server_num/--servers");
   }
-  if (o.node_count_spelling()) {
+  if (counted(o.nodes)) {
     throw OptionsError(
         "--rank_mapping_file names the nodes already; drop "
         "--nnodes/--node_rank/--master_addr/--master/--rdzv_endpoint");
@@ -484,7 +481,7 @@ void parse_rank_mapping_flags(const GivenFlags& r, const PsFlags& ps, const Mach
                        hosts + "); give --node_ip as the file names this node");
   }
   o.cluster_node_ips = m.hosts();
-  o.cluster_node_ips_given = m.nodes.size() > 1;
+  o.nodes = nodes::RankMapped{};
   const int ranks = static_cast<int>(m.nodes[node].ranks.size());
   if (machine.gpus > 0 && ranks > machine.gpus) {
     throw OptionsError(file + " maps " + std::to_string(ranks) + " ranks to " + o.node_ip +
@@ -501,16 +498,15 @@ void parse_rank_mapping_flags(const GivenFlags& r, const PsFlags& ps, const Mach
   o.nproc_per_node = ranks;
 }
 
-// Which spelling describes the nodes, and this node's place in them.
-void resolve_nodes(const PsFlags& ps, LaunchOptions& o) {
-  const bool torchrun_spelling = o.node_count_spelling();
-  if (torchrun_spelling) {
-    if (o.cluster_node_ips_given && o.etcd()) {
-      throw OptionsError(o.etcd_spelling +
+// This node's place among the nodes, once they are decided (decide_nodes).
+void resolve_nodes(const PsFlags& ps, bool list_given, LaunchOptions& o) {
+  if (counted(o.nodes)) {
+    if (list_given && o.etcd()) {
+      throw OptionsError(o.etcd()->spelling +
                          " makes etcd hand out the node ranks; --cluster_node_ips (a fixed node "
                          "list) cannot be combined with it: give --nnodes instead");
     }
-    if (o.cluster_node_ips_given) {
+    if (list_given) {
       throw OptionsError(
           "--cluster_node_ips and --nnodes/--node_rank/--master_addr describe the nodes twice; "
           "use one spelling");
@@ -539,8 +535,27 @@ void resolve_nodes(const PsFlags& ps, LaunchOptions& o) {
   }
 }
 
+// How the command line describes the nodes (nodes.h), decided once: an etcd cluster; node 0's
+// control store (torchrun's --nnodes/--node_rank/--master_addr, c10d's --rdzv_endpoint, Paddle
+// 2.x's --master); a rank mapping; Paddle's node list (--cluster_node_ips, or --node_ip alone);
+// else one node. Spellings of two of them together are refused.
+void decide_nodes(const GivenFlags& r, const PsFlags& ps, const MachineCounts& machine,
+                  LaunchOptions& o) {
+  const bool list_given = parse_node_addresses(r, o);
+  if (list_given || o.node_ip_given) o.nodes = nodes::NodeList{list_given};
+  parse_node_count(r, o);
+  if (std::optional<nodes::Etcd> etcd = parse_node_zero(r, o)) o.nodes = std::move(*etcd);
+  parse_rank_mapping_flags(r, ps, machine, o);
+  resolve_nodes(ps, list_given, o);
+}
+
 // --servers/--workers: the lists against the counts and the other node flags.
 void resolve_explicit_endpoints(const GivenFlags& r, const PsFlags& ps, LaunchOptions& o) {
+  if (counted(o.nodes) || r.has("cluster_node_ips")) {
+    throw OptionsError(
+        "--servers/--workers name every process's host; they cannot be combined with "
+        "--cluster_node_ips or --nnodes/--node_rank/--master_addr (give --node_ip only)");
+  }
   const auto list = [&](const char* flag) { return r.value(flag); };
   if (o.workers.empty()) bad_value("servers", list("servers"), "needs --workers as well");
   if (o.servers.empty()) bad_value("workers", list("workers"), "needs --servers as well");
@@ -560,12 +575,6 @@ void resolve_explicit_endpoints(const GivenFlags& r, const PsFlags& ps, LaunchOp
     if (std::find(o.servers.begin(), o.servers.end(), e) != o.servers.end()) {
       bad_value("workers", list("workers"), "endpoint '" + e.str() + "' is also in --servers");
     }
-  }
-  const bool torchrun_spelling = o.node_count_spelling();
-  if (torchrun_spelling || o.cluster_node_ips_given) {
-    throw OptionsError(
-        "--servers/--workers name every process's host; they cannot be combined with "
-        "--cluster_node_ips or --nnodes/--node_rank/--master_addr (give --node_ip only)");
   }
   if (r.has("started_port")) {
     bad_value("started_port", r.value("started_port"),
@@ -767,9 +776,9 @@ void parse_console(const GivenFlags& r, LaunchOptions& o) {
 
 // --standalone and --run_mode against the rest of the job.
 void check_job_kind(const GivenFlags& r, bool ps_job, LaunchOptions& o) {
-  o.standalone = r.has("standalone");
-  if (o.standalone && (o.nnodes.value_or(1) > 1 || o.node_rank.value_or(0) > 0 ||
-                       o.cluster_node_ips_given || r.has("master") || r.has("rdzv_endpoint"))) {
+  if (r.has("standalone") && (o.nnodes.value_or(1) > 1 || o.node_rank.value_or(0) > 0 ||
+                              r.has("cluster_node_ips") || r.has("master") ||
+                              r.has("rdzv_endpoint"))) {
     throw OptionsError(
         "--standalone is a single-node job: it cannot be combined with --nnodes above 1, "
         "--node_rank, --master, --rdzv_endpoint or --cluster_node_ips");
@@ -886,14 +895,10 @@ LaunchOptions parse_command_line(const CommandLine& command_line, const env::Env
     o.log_dir = "log";  // Paddle 2.x always writes its log folder, ./log by default
   }
   o.quiet = r.has("quiet");
-  parse_node_addresses(r, o);
-  parse_node_count(r, o);
-  parse_node_zero(r, o);
+  decide_nodes(r, ps, machine, o);
   o.rdzv_id = r.name_value("rdzv_id");
   o.job_id = r.name_value("job_id");
   if (auto role = r.name_value("role")) o.role = *role;
-  parse_rank_mapping_flags(r, ps, machine, o);
-  resolve_nodes(ps, o);
   if (ps.ps_job) resolve_ps_job(r, ps, nproc, o);
   if (ps.ps_job) parse_heter(r, ps, o);
   parse_started_port(r, ps.ps_job, o);
@@ -908,7 +913,7 @@ LaunchOptions parse_command_line(const CommandLine& command_line, const env::Env
     throw OptionsError(
         "--use_paddlecloud takes the nodes from PaddleCloud's variables; it cannot be combined "
         "with " +
-        o.etcd_spelling + " (etcd hands out the node ranks)");
+        o.etcd()->spelling + " (etcd hands out the node ranks)");
   }
   o.require_secret = r.has("require_secret");
   o.print_config = r.boolean("print_config");

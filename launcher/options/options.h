@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "env/contract.h"
+#include "launcher/options/nodes.h"
 #include "launcher/options/rank_mapping.h"
 
 namespace ddl::launcher {
@@ -105,8 +106,10 @@ struct LaunchOptions {
   // --nnodes it is the address this node's workers are reached at (default: found by routing
   // towards --master_addr).
   std::string node_ip = kDefaultNodeIp;
-  bool cluster_node_ips_given = false;  // --cluster_node_ips or --ips was on the command line
-  bool node_ip_given = false;           // --node_ip was on the command line
+  bool node_ip_given = false;  // --node_ip (or --local_addr) was on the command line
+  // How the command line describes the nodes, decided once among its spellings (nodes.h): one
+  // node, a node list, a rank mapping, a control store on node 0, or an etcd cluster.
+  NodeDescription nodes = nodes::OneNode{};
   // torchrun's spelling (launcher/cluster/topology.h maps it onto the node list): --nnodes,
   // --node_rank,
   // --master_addr (node 0's address; it hosts the control store there). Exclusive with
@@ -114,31 +117,15 @@ struct LaunchOptions {
   std::optional<int> nnodes;      // --nnodes=N, or MAX of --nnodes=MIN:MAX
   std::optional<int> min_nnodes;  // MIN of --nnodes=MIN:MAX (elastic when below nnodes)
   std::optional<int> node_rank;   // --node_rank, or --rank (Paddle 2.x)
-  // No node rank given, and the spelling says node 0 hands them out: --rdzv_backend=c10d (as
-  // torchrun's c10d rendezvous), or Paddle 2.x's --master (as Paddle's master). Ranks then
-  // follow the order in which the launchers reach node 0; node 0 is the first launcher on the
-  // master's address.
-  bool auto_node_rank = false;
   std::optional<std::string> master_addr;  // --master_addr, or HOST of --master (Paddle 2.x)
   // --master_port: the control store's port in a multi-node job (either spelling); default:
   // --started_port - 1 when that is set, else kDefaultControlPort. Except in torchrun's static
   // spelling (workers_master() below), where it is the workers' MASTER_PORT.
   std::optional<int> master_port;
-  // --master_addr (not --master, --rdzv_endpoint or the c10d backend): torchrun's static
-  // rendezvous, where MASTER_ADDR:MASTER_PORT is rank 0's store.
-  bool static_master = false;
-  // --rdzv_backend=etcd|etcd-v2 with --rdzv_endpoint=HOST:PORT[,HOST:PORT...], or Paddle 2.x's
-  // --master=etcd://HOST:PORT[,...]: the etcd cluster that is the job's control plane (its
-  // members' client endpoints; port default 2379). Not empty: no node hosts a control store,
-  // node ranks are handed out by etcd unless given (auto_node_rank), and master_addr/master_port
-  // are unset.
-  std::vector<env::Endpoint> etcd_endpoints;
-  // With etcd_endpoints: the spelling that named them, for messages ("--rdzv_backend=etcd",
-  // "--rdzv_backend=etcd-v2" or "--master=etcd://").
-  std::string etcd_spelling;
   std::optional<int> started_port;  // --started_port (or FLAGS_START_PORT); unset: see flags.md
   // --use_paddlecloud (Paddle 1.8): the nodes come from PaddleCloud's variables
-  // (env/scheduler.h, launcher/cluster/topology.h), which must then be set.
+  // (env/scheduler.h, launcher/cluster/topology.h), which must then be set (unless
+  // PADDLE_TRAINERS_NUM is 1).
   bool use_paddlecloud = false;
   // --require_secret: a multi-node job without DDL_JOB_SECRET is refused (launcher/job/identity.h).
   bool require_secret = false;
@@ -197,7 +184,6 @@ struct LaunchOptions {
   std::optional<LocalRanks> local_ranks_filter;  // --local_ranks_filter (torchrun)
   LocalRanks tee;                                // --tee / -t: also shown, with --log_dir
   LocalRanks redirects;                          // --redirects / -r: checked, see README
-  bool standalone = false;                       // --standalone (torchrun): one node, its own store
   std::optional<double> monitor_interval;        // --monitor_interval (seconds; torchrun's)
   std::string start_method = "spawn";            // --start_method (torchrun): spawn|fork|forkserver
   bool log_overwrite = true;  // --log_overwrite[=false]: append to the logs if false
@@ -223,16 +209,15 @@ struct LaunchOptions {
 
   // This node's index in cluster_node_ips.
   int node_index() const;
-  // True when any node flag was given (--cluster_node_ips, --node_ip, --nnodes, --node_rank,
-  // --master_addr, etcd endpoints): Slurm's environment is then ignored.
-  bool node_flags_given() const;
-  // True for torchrun's and Paddle 2.x's way of naming the nodes (--nnodes, --node_rank,
-  // --master_addr or its other spellings, or an etcd control plane), as opposed to a node list.
-  bool node_count_spelling() const {
-    return nnodes || node_rank || master_addr || !etcd_endpoints.empty();
+  // The etcd cluster that is the job's control plane, when the command line names one.
+  const nodes::Etcd* etcd() const { return etcd_of(nodes); }
+  // No node rank given, and the spelling hands them out: etcd, or node 0 with torchrun's c10d
+  // backend or Paddle 2.x's --master (in the order the launchers reach it).
+  bool auto_node_rank() const {
+    if (node_rank) return false;
+    const auto* store = std::get_if<nodes::ControlStore>(&nodes);
+    return etcd() != nullptr || (store != nullptr && store->ranks_from_node0);
   }
-  // True when the control plane is an etcd cluster (etcd_endpoints not empty).
-  bool etcd() const { return !etcd_endpoints.empty(); }
   // True for --nnodes=MIN:MAX with MIN < MAX: the job runs on any number of nodes in between.
   bool elastic() const { return min_nnodes && nnodes && *min_nnodes < *nnodes; }
   // True for a parameter-server job (--server_num or --servers).
@@ -241,7 +226,10 @@ struct LaunchOptions {
   // --master_addr:--master_port (default port 29500), on one node or many, so the workers see
   // MASTER_ADDR/MASTER_PORT as given; in a multi-node job the control store then moves to the
   // next port (workers_master_port() + 1).
-  bool workers_master() const { return static_master && !started_port && !ps_job(); }
+  bool workers_master() const {
+    const auto* store = std::get_if<nodes::ControlStore>(&nodes);
+    return store != nullptr && store->static_master && !started_port && !ps_job();
+  }
   int workers_master_port() const { return master_port.value_or(kDefaultControlPort); }
   // Paddle's --run_mode for this job: "ps-heter" for a parameter-server job with heter workers,
   // "ps" for one without, else "collective".

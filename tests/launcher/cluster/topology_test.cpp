@@ -215,7 +215,9 @@ TEST(Etcd, EitherSpellingGivesTheEtcdTopology) {
       parse({"--rdzv_backend=etcd", "--rdzv_endpoint=10.0.0.1:2379,http://10.0.0.2:2379",
              "--nnodes=2:3", "w"}),
       {});
-  EXPECT_EQ(t.etcd, (std::vector<env::Endpoint>{{"10.0.0.1", 2379}, {"10.0.0.2", 2379}}));
+  ASSERT_TRUE(t.etcd());
+  EXPECT_EQ(t.etcd()->endpoints,
+            (std::vector<env::Endpoint>{{"10.0.0.1", 2379}, {"10.0.0.2", 2379}}));
   EXPECT_EQ(t.source, "--rdzv_backend=etcd");
   EXPECT_EQ(t.nnodes, 3);
   EXPECT_EQ(t.min_nnodes, 2);
@@ -224,13 +226,14 @@ TEST(Etcd, EitherSpellingGivesTheEtcdTopology) {
   EXPECT_EQ(t.control, env::Endpoint{}) << "no node hosts a control store";
   EXPECT_TRUE(t.hosts.empty());
   EXPECT_FALSE(t.local_host) << "found by routing towards the first etcd endpoint";
-  EXPECT_FALSE(t.paddle_static);
+  EXPECT_FALSE(t.paddle_static());
 
   const NodeTopology paddle =
       resolve_topology(parse({"--master=etcd://localhost:2379", "--nnodes=2", "--rank=1",
                               "--node_ip=10.0.0.7", "w"}),
                        {});
-  EXPECT_EQ(paddle.etcd, (std::vector<env::Endpoint>{{"localhost", 2379}}));
+  ASSERT_TRUE(paddle.etcd());
+  EXPECT_EQ(paddle.etcd()->endpoints, (std::vector<env::Endpoint>{{"localhost", 2379}}));
   EXPECT_EQ(paddle.source, "--master=etcd://");
   EXPECT_EQ(paddle.nnodes, 2);
   EXPECT_EQ(paddle.min_nnodes, 2);
@@ -253,21 +256,45 @@ TEST(Etcd, SchedulersAndNodeListsDoNotCombineWithIt) {
   const NodeTopology t = resolve_topology(
       parse({"--rdzv_backend=etcd-v2", "--rdzv_endpoint=10.0.0.1", "--nnodes=2", "w"}), slurm);
   EXPECT_EQ(t.source, "--rdzv_backend=etcd-v2");
-  EXPECT_FALSE(t.cloud);
+  EXPECT_FALSE(t.cloud());
   EXPECT_TRUE(t.hosts.empty());
   EXPECT_TRUE(t.auto_node_rank);
+  // A node list with etcd cannot even be written down (one case per job); the command line
+  // refuses it.
+  EXPECT_THROW(parse({"--master=etcd://10.0.0.1", "--ips=a,b", "--node_ip=a", "w"}), OptionsError);
+}
 
-  // Options put together without parse_options must not reach etcd with a node list either.
-  LaunchOptions o = parse({"--master=etcd://10.0.0.1", "--nnodes=2", "w"});
-  o.cluster_node_ips_given = true;
-  try {
-    resolve_topology(o, {});
-    ADD_FAILURE() << "etcd with --cluster_node_ips was accepted";
-  } catch (const PlanError& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "--master=etcd:// cannot be combined with --cluster_node_ips: etcd hands out the "
-              "node ranks");
-  }
+// One case per way a job is described, decided once: the command line's (parse_options), then
+// the environment's where the command line lists no nodes (resolve_topology).
+TEST(NodeDescription, EachWayIsItsOwnCase) {
+  const env::EnvMap slurm = {{"SLURM_JOB_NODELIST", "n[1-2]"},
+                             {"SLURM_NNODES", "2"},
+                             {"SLURM_NODEID", "1"}};
+  const env::EnvMap mpi = {{"OMPI_COMM_WORLD_SIZE", "2"},
+                           {"OMPI_COMM_WORLD_RANK", "1"},
+                           {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                           {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}};
+  const env::EnvMap cloud = {{"PADDLE_TRAINERS", "10.0.0.1,10.0.0.2"},
+                             {"POD_IP", "10.0.0.2"},
+                             {"PADDLE_TRAINER_ID", "1"},
+                             {"PADDLE_TRAINERS_NUM", "2"}};
+  const auto how = [](const std::vector<std::string>& args, const env::EnvMap& env) {
+    return resolve_topology(parse(args), env).how.index();
+  };
+  const auto index_of = [](NodeDescription d) { return d.index(); };
+  EXPECT_EQ(how({"w"}, {}), index_of(nodes::OneNode{}));
+  EXPECT_EQ(how({"--ips=a,b", "--node_ip=b", "w"}, {}), index_of(nodes::NodeList{}));
+  EXPECT_EQ(how({"--ips=a,b", "--node_ip=b", "w"}, slurm), index_of(nodes::NodeList{}))
+      << "node flags: Slurm's variables are not read";
+  EXPECT_EQ(how({"--nnodes=2", "--master_addr=a", "w"}, mpi), index_of(nodes::ControlStore{}));
+  EXPECT_EQ(how({"--rdzv_backend=etcd", "--rdzv_endpoint=e", "--nnodes=2", "w"}, cloud),
+            index_of(nodes::Etcd{}));
+  EXPECT_EQ(how({"w"}, cloud), index_of(nodes::PaddleCloud{}));
+  EXPECT_EQ(how({"w"}, slurm), index_of(nodes::Scheduler{}));
+  EXPECT_EQ(how({"w"}, mpi), index_of(nodes::Scheduler{}));
+  EXPECT_FALSE(std::get<nodes::Scheduler>(resolve_topology(parse({"w"}), mpi).how).hosts_known);
+  EXPECT_TRUE(resolve_topology(parse({"--ips=a,b", "--node_ip=a", "w"}), {}).paddle_static());
+  EXPECT_FALSE(resolve_topology(parse({"w"}), slurm).paddle_static());
 }
 
 TEST(Options, HostNamesAreAcceptedInTheNodeList) {
@@ -303,8 +330,8 @@ TEST(CloudTopology, TheFleetSwitchNeedsNoFlag) {
   const NodeTopology t =
       resolve_topology(parse_env({"--ips=10.0.0.9", "--node_ip=10.0.0.9", "w"}, kCloudEnv),
                        kCloudEnv);
-  EXPECT_TRUE(t.cloud.has_value());
-  EXPECT_TRUE(t.paddle_static);
+  EXPECT_TRUE(t.cloud());
+  EXPECT_TRUE(t.paddle_static());
   EXPECT_EQ(t.nnodes, 2);
   EXPECT_EQ(t.node_rank, 1);
   EXPECT_EQ(t.hosts, (Hosts{"10.0.0.1", "10.0.0.2"})) << "the node flags given are ignored";
@@ -313,13 +340,13 @@ TEST(CloudTopology, TheFleetSwitchNeedsNoFlag) {
 TEST(CloudTopology, OneTrainerOrTorchrunSpellingIsNotCloud) {
   env::EnvMap one = kCloudEnv;
   one["PADDLE_TRAINERS_NUM"] = "1";
-  EXPECT_FALSE(resolve_topology(parse_env({"w"}, one), one).cloud);
-  EXPECT_FALSE(resolve_topology(parse_env({"--use_paddlecloud", "w"}, one), one).cloud)
+  EXPECT_FALSE(resolve_topology(parse_env({"w"}, one), one).cloud());
+  EXPECT_FALSE(resolve_topology(parse_env({"--use_paddlecloud", "w"}, one), one).cloud())
       << "Paddle 1.8: one trainer, no cloud";
   const LaunchOptions torchrun =
       parse_env({"--nnodes=2", "--node_rank=0", "--master_addr=10.0.0.1", "w"}, kCloudEnv);
-  EXPECT_FALSE(resolve_topology(torchrun, kCloudEnv).cloud);
-  EXPECT_FALSE(resolve_topology(parse_env({"--server_num=1", "w"}, kCloudEnv), kCloudEnv).cloud)
+  EXPECT_FALSE(resolve_topology(torchrun, kCloudEnv).cloud());
+  EXPECT_FALSE(resolve_topology(parse_env({"--server_num=1", "w"}, kCloudEnv), kCloudEnv).cloud())
       << "parameter-server jobs are not PaddleCloud collective jobs";
 }
 
@@ -338,10 +365,10 @@ TEST(CloudTopology, ANodeListIsPaddleStatic) {
   EXPECT_TRUE(resolve_topology(parse_env({"--ips=10.0.0.1,10.0.0.2", "--node_ip=10.0.0.1", "w"},
                                          {}),
                                {})
-                  .paddle_static);
+                  .paddle_static());
   EXPECT_FALSE(
       resolve_topology(parse_env({"--nnodes=2", "--master_addr=10.0.0.1", "w"}, {}), {})
-          .paddle_static);
+          .paddle_static());
 }
 
 // PaddleCloud's variables and the other variables that name hosts pass the same check as the

@@ -115,7 +115,7 @@ NodeTopology node_list(std::vector<std::string> hosts) {
   NodeTopology t;
   t.hosts = std::move(hosts);
   t.nnodes = static_cast<int>(t.hosts.size());
-  t.paddle_static = true;
+  t.how = nodes::NodeList{};
   return t;
 }
 
@@ -143,8 +143,10 @@ TEST(StaticJob, ParameterServerBlocksPerNode) {
 
 NodeTopology cloud(const env::EnvMap& env) {
   NodeTopology t = node_list({});
-  t.cloud = env::paddle_cloud_node(env);
-  if (t.cloud) t.hosts = t.cloud->node_ips;
+  if (auto node = env::paddle_cloud_node(env)) {
+    t.hosts = node->node_ips;
+    t.how = nodes::PaddleCloud{std::move(*node)};
+  }
   return t;
 }
 

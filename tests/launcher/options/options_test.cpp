@@ -513,7 +513,7 @@ TEST(PaddleEnvironment, PaddleJobPodGivesMasterNodesAndJobId) {
   EXPECT_EQ(o.master_port, 36543);
   EXPECT_EQ(o.nnodes, 2);
   EXPECT_FALSE(o.node_rank);
-  EXPECT_TRUE(o.auto_node_rank) << "Paddle's master hands node ranks out";
+  EXPECT_TRUE(o.auto_node_rank()) << "Paddle's master hands node ranks out";
   EXPECT_EQ(o.job_id, "mnist");
   EXPECT_EQ(o.from_environment,
             (std::vector<std::string>{"PADDLE_MASTER=mnist-worker-0:36543", "PADDLE_NNODES=2",
@@ -526,7 +526,7 @@ TEST(PaddleEnvironment, FlagsAndOtherSpellingsWin) {
                         {"PADDLE_LOG_DIR", "plog"},  {"PADDLE_MAX_RESTART", "3"}};
   LaunchOptions o = parse_env({"train"}, pod);
   EXPECT_EQ(o.node_rank, 1);
-  EXPECT_FALSE(o.auto_node_rank);
+  EXPECT_FALSE(o.auto_node_rank());
   EXPECT_EQ(o.selected_gpus, (std::vector<int>{0, 1}));
   EXPECT_EQ(o.log_dir, "plog");
   EXPECT_EQ(o.max_restarts, 3);
@@ -545,12 +545,12 @@ TEST(PaddleEnvironment, FlagsAndOtherSpellingsWin) {
 
 TEST(AutoNodeRank, OnlyWhereNode0HandsRanksOut) {
   EXPECT_TRUE(parse_env({"--rdzv_backend=c10d", "--rdzv_endpoint=h:1", "--nnodes=2", "train"}, {})
-                  .auto_node_rank);
-  EXPECT_FALSE(parse_env({"--rdzv_endpoint=h:1", "--nnodes=2", "train"}, {}).auto_node_rank)
+                  .auto_node_rank());
+  EXPECT_FALSE(parse_env({"--rdzv_endpoint=h:1", "--nnodes=2", "train"}, {}).auto_node_rank())
       << "static backend: node rank 0 unless given, as torchrun";
-  EXPECT_FALSE(parse_env({"--master_addr=h", "--nnodes=2", "train"}, {}).auto_node_rank);
-  EXPECT_FALSE(parse_env({"--master=h:1", "--nnodes=2", "--rank=1", "train"}, {}).auto_node_rank);
-  EXPECT_TRUE(parse_env({"--master=h:1", "--nnodes=2", "train"}, {}).auto_node_rank);
+  EXPECT_FALSE(parse_env({"--master_addr=h", "--nnodes=2", "train"}, {}).auto_node_rank());
+  EXPECT_FALSE(parse_env({"--master=h:1", "--nnodes=2", "--rank=1", "train"}, {}).auto_node_rank());
+  EXPECT_TRUE(parse_env({"--master=h:1", "--nnodes=2", "train"}, {}).auto_node_rank());
 }
 
 // ---- torchrun's and Paddle 2.x's other flags ----------------------------------------------------
@@ -643,7 +643,8 @@ TEST(CommandLines, TodaysTorchrunFlags) {
 
 TEST(CommandLines, StandaloneIsOneNode) {
   const LaunchOptions o = parse({"--standalone", "--nnodes=1", "--nproc-per-node=2", "train"});
-  EXPECT_TRUE(o.standalone);
+  EXPECT_TRUE(described_as<nodes::ControlStore>(o.nodes)) << "--nnodes=1: node 0 of one";
+  EXPECT_TRUE(described_as<nodes::OneNode>(parse({"--standalone", "train"}).nodes));
   EXPECT_EQ(o.nproc_per_node, 2);
   EXPECT_NE(error_of({"--standalone", "--nnodes=2", "--master_addr=h", "w"})
                 .find("--standalone is a single-node job"),
@@ -779,25 +780,25 @@ TEST(EtcdControlPlane, TorchrunBackendsTakeTheEndpointList) {
         parse({"--rdzv_backend=" + backend,
                "--rdzv_endpoint=10.0.0.1:2379,etcd-b.example,http://localhost:12379",
                "--nnodes=2:4", "train"});
+    ASSERT_TRUE(o.etcd());
     EXPECT_EQ(
-        o.etcd_endpoints,
+        o.etcd()->endpoints,
         (Endpoints{{"10.0.0.1", 2379}, {"etcd-b.example", kDefaultEtcdPort}, {"localhost", 12379}}))
         << backend << ": in order, port default 2379, http:// accepted";
-    EXPECT_EQ(o.etcd_spelling, "--rdzv_backend=" + backend);
-    EXPECT_TRUE(o.etcd());
+    EXPECT_EQ(o.etcd()->spelling, "--rdzv_backend=" + backend);
     EXPECT_FALSE(o.master_addr);
     EXPECT_FALSE(o.master_port);
-    EXPECT_FALSE(o.static_master);
-    EXPECT_TRUE(o.auto_node_rank) << "no --node_rank: etcd hands the ranks out";
+    EXPECT_FALSE(o.workers_master());
+    EXPECT_TRUE(o.auto_node_rank()) << "no --node_rank: etcd hands the ranks out";
     EXPECT_EQ(o.nnodes, 4);
     EXPECT_EQ(o.min_nnodes, 2);
-    EXPECT_TRUE(o.node_flags_given());
+    EXPECT_TRUE(counted(o.nodes));
     EXPECT_EQ(o.node_ip, kDefaultNodeIp) << "found by routing towards etcd at start";
   }
   const LaunchOptions ranked = parse({"--rdzv_backend=etcd", "--rdzv_endpoint=127.0.0.1:2379",
                                       "--nnodes=3", "--node_rank=2", "train"});
   EXPECT_EQ(ranked.node_rank, 2) << "a given node rank is kept";
-  EXPECT_FALSE(ranked.auto_node_rank);
+  EXPECT_FALSE(ranked.auto_node_rank());
   const std::string described = describe_options(ranked);
   EXPECT_NE(described.find("rdzv_endpoint: 127.0.0.1:2379\n"), std::string::npos) << described;
   EXPECT_NE(described.find("master_addr: None\n"), std::string::npos) << described;
@@ -815,39 +816,44 @@ TEST(EtcdControlPlane, TorchrunBackendsTakeTheEndpointList) {
 TEST(EtcdControlPlane, PaddleEtcdMaster) {
   const LaunchOptions o =
       parse({"--master=etcd://10.0.0.1:2379,10.0.0.2:2380,localhost", "--nnodes=2", "train"});
-  EXPECT_EQ(o.etcd_endpoints,
+  ASSERT_TRUE(o.etcd());
+  EXPECT_EQ(o.etcd()->endpoints,
             (Endpoints{{"10.0.0.1", 2379}, {"10.0.0.2", 2380}, {"localhost", kDefaultEtcdPort}}));
-  EXPECT_EQ(o.etcd_spelling, "--master=etcd://");
+  EXPECT_EQ(o.etcd()->spelling, "--master=etcd://");
   EXPECT_FALSE(o.master_addr);
   EXPECT_FALSE(o.master_port);
-  EXPECT_TRUE(o.auto_node_rank) << "no --rank";
+  EXPECT_TRUE(o.auto_node_rank()) << "no --rank";
   EXPECT_EQ(o.dialect, Dialect::kPaddle2);
 
   const LaunchOptions ranked =
       parse({"--master=etcd://10.0.0.1:2379", "--nnodes=2", "--rank=1", "train"});
   EXPECT_EQ(ranked.node_rank, 1);
-  EXPECT_FALSE(ranked.auto_node_rank);
+  EXPECT_FALSE(ranked.auto_node_rank());
 
   // One node with an etcd master is allowed, as Paddle allows it; --nnodes defaults to 1.
   const LaunchOptions single = parse({"--master=etcd://127.0.0.1:2379", "train"});
   EXPECT_EQ(single.nnodes, std::nullopt);
-  EXPECT_EQ(single.etcd_endpoints.size(), 1u);
+  ASSERT_TRUE(single.etcd());
+  EXPECT_EQ(single.etcd()->endpoints.size(), 1u);
 }
 
 TEST(EtcdControlPlane, EnvironmentVariablesStandForTheFlags) {
   const LaunchOptions pet = parse({"train"}, {{"PET_RDZV_BACKEND", "etcd-v2"},
                                               {"PET_RDZV_ENDPOINT", "10.0.0.5:2379,10.0.0.6"},
                                               {"PET_NNODES", "2"}});
-  EXPECT_EQ(pet.etcd_endpoints, (Endpoints{{"10.0.0.5", 2379}, {"10.0.0.6", kDefaultEtcdPort}}));
-  EXPECT_EQ(pet.etcd_spelling, "--rdzv_backend=etcd-v2");
-  EXPECT_TRUE(pet.auto_node_rank);
+  ASSERT_TRUE(pet.etcd());
+  EXPECT_EQ(pet.etcd()->endpoints,
+            (Endpoints{{"10.0.0.5", 2379}, {"10.0.0.6", kDefaultEtcdPort}}));
+  EXPECT_EQ(pet.etcd()->spelling, "--rdzv_backend=etcd-v2");
+  EXPECT_TRUE(pet.auto_node_rank());
   EXPECT_EQ(pet.dialect, Dialect::kTorchrun);
 
   const LaunchOptions paddle =
       parse({"train"}, {{"PADDLE_MASTER", "etcd://10.0.0.5:2379"}, {"PADDLE_NNODES", "2"}});
-  EXPECT_EQ(paddle.etcd_endpoints, (Endpoints{{"10.0.0.5", 2379}}));
-  EXPECT_EQ(paddle.etcd_spelling, "--master=etcd://");
-  EXPECT_TRUE(paddle.auto_node_rank);
+  ASSERT_TRUE(paddle.etcd());
+  EXPECT_EQ(paddle.etcd()->endpoints, (Endpoints{{"10.0.0.5", 2379}}));
+  EXPECT_EQ(paddle.etcd()->spelling, "--master=etcd://");
+  EXPECT_TRUE(paddle.auto_node_rank());
 
   // The command line wins over the variables, as for every flag.
   const LaunchOptions flag_wins =
