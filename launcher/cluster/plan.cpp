@@ -104,10 +104,10 @@ PlannedWorker make_spec(env::WorkerContract c, const JobConfig& config, const Pl
   if (config.rendezvous_timeout) c.rendezvous_timeout = *config.rendezvous_timeout;
   c.node_rank = place.node;
   c.nnodes = place.nodes;
-  c.role_name = config.role_name;
-  c.run_id = config.run_id.value_or(inputs.job_id.empty() ? std::string("none") : inputs.job_id);
+  c.role_name = config.role;
+  c.run_id = config.rdzv_id.value_or(inputs.job_id.empty() ? std::string("none") : inputs.job_id);
   c.max_restarts = config.max_restarts;
-  c.paddle_job_id = config.paddle_job_id.value_or("default");
+  c.paddle_job_id = config.job_id.value_or("default");
   c.world_device_ids = plan.world_device_ids;
   if (!inputs.error_file_dir.empty() && c.role == env::Role::kTrainer) {
     c.error_file = inputs.error_file_dir + "/error." + std::to_string(c.rank) + ".json";
@@ -122,7 +122,7 @@ PlannedWorker make_spec(env::WorkerContract c, const JobConfig& config, const Pl
       !env::lookup(inputs.caller_env, env::kNcclAsyncErrorHandling)) {
     w.env[env::kNcclAsyncErrorHandling] = "1";  // torchrun's default
   }
-  if (config.log_level) w.env[env::kLogLevel] = *config.log_level;
+  if (config.log_level_name) w.env[env::kLogLevel] = *config.log_level_name;
   if (w.contract.role == env::Role::kTrainer && !config.ps_job()) {
     if (!w.contract.gpu && config.empty_gpus_on_cpu) w.env[env::kSelectedGpus] = "";
     if (config.distri_backend) w.env[env::kPaddleDistriBackend] = *config.distri_backend;
@@ -143,8 +143,8 @@ PlannedWorker make_spec(env::WorkerContract c, const JobConfig& config, const Pl
 
 // Which of a parameter-server job's processes this node starts, and where it stands.
 struct PsLocal {
-  std::vector<int> servers;   // server indices this node starts
-  std::vector<int> trainers;  // trainer ids this node starts
+  std::vector<int> servers;                // server indices this node starts
+  std::vector<int> trainers;               // trainer ids this node starts
   std::vector<std::pair<int, int>> heter;  // heter workers this node starts: index, stage (2..)
   NodePlace place;
 };
@@ -194,15 +194,15 @@ PsLocal plan_counted_ps(const JobConfig& config, const PlanInputs& inputs, Clust
   const int servers = config.server_num;
   const int trainers = config.worker_num;
   const int per_node = servers + trainers + config.heter_per_node();
-  int nodes = static_cast<int>(config.node_ips.size());
+  int nodes = static_cast<int>(config.cluster_node_ips.size());
   int node = config.node_index();
   std::vector<env::Endpoint> all;  // node-major blocks: S servers, then W trainers
   if (inputs.cluster_endpoints) {
     all = *inputs.cluster_endpoints;
     if (all.empty() || all.size() % static_cast<std::size_t>(per_node) != 0) {
       throw PlanError("the nodes published " + std::to_string(all.size()) +
-                      " endpoints, not a multiple of " + std::to_string(servers) +
-                      " servers + " + std::to_string(trainers) + " trainers + " +
+                      " endpoints, not a multiple of " + std::to_string(servers) + " servers + " +
+                      std::to_string(trainers) + " trainers + " +
                       std::to_string(config.heter_per_node()) + " heter workers per node");
     }
     nodes = static_cast<int>(all.size()) / per_node;
@@ -219,7 +219,7 @@ PsLocal plan_counted_ps(const JobConfig& config, const PlanInputs& inputs, Clust
         pick_local_ports(config, inputs, nodes, per_node, "servers and trainers");
     for (int k = 0; k < nodes; ++k) {
       for (int i = 0; i < per_node; ++i) {
-        all.push_back(env::Endpoint{config.node_ips[k], local_ports[i]});
+        all.push_back(env::Endpoint{config.cluster_node_ips[k], local_ports[i]});
       }
     }
   }
@@ -408,17 +408,6 @@ ClusterPlan make_mapped_plan(const JobConfig& config, const PlanInputs& inputs) 
 
 }  // namespace
 
-int JobConfig::node_index() const {
-  auto it = std::find(node_ips.begin(), node_ips.end(), node_ip);
-  return static_cast<int>(it - node_ips.begin());
-}
-
-int JobConfig::heter_per_node() const {
-  int total = 0;
-  for (const HeterStage& stage : heter) total += stage.count;
-  return total;
-}
-
 int local_endpoint_count(const JobConfig& config) {
   if (config.rank_mapping && !config.ps_job()) {
     const int node = config.rank_mapping->node_index(config.node_ip);
@@ -439,9 +428,9 @@ std::vector<env::Endpoint> local_endpoints(const JobConfig& config, const std::s
   }
   std::vector<env::Endpoint> local;
   for (int i = 0; i < count; ++i) {
-    local.push_back(env::Endpoint{
-        host, config.started_port ? static_cast<std::uint16_t>(*config.started_port + i)
-                                  : free_ports[i]});
+    local.push_back(env::Endpoint{host, config.started_port
+                                            ? static_cast<std::uint16_t>(*config.started_port + i)
+                                            : free_ports[i]});
   }
   return local;
 }
@@ -458,7 +447,7 @@ ClusterPlan make_plan(const JobConfig& config, const PlanInputs& inputs) {
   const int per_node = config.nproc_per_node;
   if (per_node < 1)
     throw PlanError("--nproc_per_node must be >= 1, got " + std::to_string(per_node));
-  int nodes = static_cast<int>(config.node_ips.size());
+  int nodes = static_cast<int>(config.cluster_node_ips.size());
   int node = config.node_index();
   ClusterPlan plan;
   if (inputs.cluster_endpoints) {
@@ -486,16 +475,16 @@ ClusterPlan make_plan(const JobConfig& config, const PlanInputs& inputs) {
                                : pick_local_ports(config, inputs, nodes, per_node, "workers");
   // A single node told rank 0's port (torchrun's --master_port) hosts the workers' store there:
   // rank 0's endpoint is MASTER_ADDR:MASTER_PORT, so they appear as given.
-  if (nodes == 1 && !inputs.cluster_endpoints && config.rank0_port && !config.started_port &&
+  if (nodes == 1 && !inputs.cluster_endpoints && config.master_port && !config.started_port &&
       !local_ports.empty()) {
-    put_port_first(local_ports, static_cast<std::uint16_t>(*config.rank0_port));
+    put_port_first(local_ports, static_cast<std::uint16_t>(*config.master_port));
   }
 
   for (int k = 0; k < nodes && !inputs.cluster_endpoints; ++k) {
     for (int i = 0; i < per_node; ++i) {
       const std::uint16_t port =
           k == node ? local_ports[i] : static_cast<std::uint16_t>(*config.started_port + i);
-      plan.endpoints.push_back(env::Endpoint{config.node_ips[k], port});
+      plan.endpoints.push_back(env::Endpoint{config.cluster_node_ips[k], port});
     }
   }
 

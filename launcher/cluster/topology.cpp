@@ -72,8 +72,9 @@ NodeTopology control_store_nodes(const nodes::ControlStore& how, const LaunchOpt
   if (o.workers_master() && t.nnodes > 1) {
     // MASTER_PORT is rank 0's (its torch store binds it, as under torchrun): ours is next to it.
     if (o.workers_master_port() >= 65535) {
-      throw PlanError("--master_port=65535 leaves no port above it for launch's control store "
-                      "(master_port + 1 in a multi-node job)");
+      throw PlanError(
+          "--master_port=65535 leaves no port above it for launch's control store "
+          "(master_port + 1 in a multi-node job)");
     }
     port = static_cast<std::uint16_t>(o.workers_master_port() + 1);
   }
@@ -83,8 +84,7 @@ NodeTopology control_store_nodes(const nodes::ControlStore& how, const LaunchOpt
 
 // Started by mpirun (`mpirun -np N launch ...`): every mpirun process is one node of the job,
 // like torchrun's spelling with --nnodes=N --node_rank=<its MPI rank>.
-NodeTopology mpi_nodes(const env::MpiProcess& mpi, const LaunchOptions& o,
-                       const env::EnvMap& env) {
+NodeTopology mpi_nodes(const env::MpiProcess& mpi, const LaunchOptions& o, const env::EnvMap& env) {
   NodeTopology t;
   t.how = nodes::Scheduler{false};
   t.source = std::string("Open MPI (") + env::kOmpiSize + "=" + std::to_string(mpi.size) + ", " +
@@ -156,8 +156,8 @@ NodeTopology resolve_topology(const LaunchOptions& o, const env::EnvMap& env) {
           },
           [&](const nodes::ControlStore& store) { return control_store_nodes(store, o); },
           [&](const nodes::NodeList& list) {
-            return listed(list, "--cluster_node_ips", o.cluster_node_ips,
-                          o.node_index(), o.node_ip, o);
+            return listed(list, "--cluster_node_ips", o.cluster_node_ips, o.node_index(), o.node_ip,
+                          o);
           },
           [&](const nodes::RankMapped&) {
             return listed(nodes::RankMapped{}, "--rank_mapping_file", o.cluster_node_ips,

@@ -25,7 +25,6 @@
 #include "launcher/coord/control_plane.h"
 #include "launcher/coord/munge_auth.h"
 #include "launcher/job/identity.h"
-#include "launcher/job/job_config.h"
 #include "launcher/report/run_report.h"
 #include "launcher/supervise/cpu_binding.h"
 #include "launcher/supervise/supervisor.h"
@@ -75,19 +74,18 @@ JobDescription describe_job(const LaunchOptions& options, const NodeTopology& to
   std::string hosts;
   for (const auto& h : topology.hosts) hosts += (hosts.empty() ? "" : ",") + h;
   JobDescription description = {
-      {"nnodes", topology.elastic() ? std::to_string(topology.min_nnodes) + ":" +
-                                          std::to_string(topology.nnodes)
-                                    : std::to_string(topology.nnodes)},
+      {"nnodes", topology.elastic()
+                     ? std::to_string(topology.min_nnodes) + ":" + std::to_string(topology.nnodes)
+                     : std::to_string(topology.nnodes)},
       {"node list", hosts.empty() ? std::string("(each node publishes its own)") : hosts},
       // A rank mapping gives nodes different worker counts; then the mapping itself must agree.
-      options.rank_mapping ? JobDescription::value_type{"rank mapping", options.rank_mapping->str()}
-                           : JobDescription::value_type{"nproc_per_node",
-                                                        std::to_string(options.nproc_per_node)},
+      options.rank_mapping
+          ? JobDescription::value_type{"rank mapping", options.rank_mapping->str()}
+          : JobDescription::value_type{"nproc_per_node", std::to_string(options.nproc_per_node)},
       {"started_port", options.started_port ? std::to_string(*options.started_port) : "None"},
       {"worker program", std::filesystem::path(options.worker).filename().string()},
       // Nodes may reach an etcd cluster through different members: only "etcd" must agree.
-      {"control store",
-       topology.etcd() ? std::string("etcd") : topology.control.str()},
+      {"control store", topology.etcd() ? std::string("etcd") : topology.control.str()},
       {"max_restarts", std::to_string(options.max_restarts)},
   };
   // Only a parameter-server job has servers to agree on; a collective job's description is as
@@ -157,9 +155,10 @@ std::shared_ptr<const MungeAdmission> munge_admission(
                     e.what() + ". Set " + env::kMungeSocket + " to munged's socket, or the same " +
                     env::kJobSecret + " on every node");
   }
-  spdlog::info("no {}: the launchers of Slurm job {} admit each other with munge credentials "
-               "({}); node 0 hands out the workers' secret",
-               env::kJobSecret, slurm_job, client.where());
+  spdlog::info(
+      "no {}: the launchers of Slurm job {} admit each other with munge credentials "
+      "({}); node 0 hands out the workers' secret",
+      env::kJobSecret, slurm_job, client.where());
   return std::make_shared<const MungeAdmission>(
       std::move(client),
       "slurm job " + slurm_job + ", control store '" + control_job_id(caller_job_id) + "'");
@@ -241,10 +240,9 @@ std::vector<env::Endpoint> published_endpoints(const LaunchOptions& options,
 // What the nodes agreed on, once the first generation is joined.
 void log_agreement(const JobConfig& config, const NodeTopology& topology,
                    const PlanInputs& inputs) {
-  const int nodes = config.rank_mapping
-                        ? static_cast<int>(config.rank_mapping->nodes.size())
-                        : static_cast<int>(inputs.cluster_endpoints->size()) /
-                              std::max(1, local_endpoint_count(config));
+  const int nodes = config.rank_mapping ? static_cast<int>(config.rank_mapping->nodes.size())
+                                        : static_cast<int>(inputs.cluster_endpoints->size()) /
+                                              std::max(1, local_endpoint_count(config));
   if (config.ps_job()) {
     spdlog::info("node {}: all {} node(s) agree; {} server(s), {} trainer(s)", topology.node_rank,
                  nodes, config.server_num * nodes, config.worker_num * nodes);
@@ -262,17 +260,17 @@ void log_agreement(const JobConfig& config, const NodeTopology& topology,
 // when it is empty, or, with `by_munge`, launchers with a munge credential of this Slurm job);
 // fills the job id, the endpoints and the first generation this node runs (a later one for a
 // node admitted into a running elastic job), and, by munge, the workers' secret (node 0's).
-std::unique_ptr<Control> form_multi_node_job(const LaunchOptions& options,
-                                                    const JobConfig& config, NodeTopology& topology,
-                                                    const std::optional<std::string>& caller_job_id,
-                                                    const std::string& secret, bool by_munge,
-                                                    std::string& job_id, PlanInputs& inputs,
-                                                    Generation& first,
-                                                    std::shared_ptr<ExternalStop> stop) {
+std::unique_ptr<Control> form_multi_node_job(const LaunchOptions& options, const JobConfig& config,
+                                             NodeTopology& topology,
+                                             const std::optional<std::string>& caller_job_id,
+                                             const std::string& secret, bool by_munge,
+                                             std::string& job_id, PlanInputs& inputs,
+                                             Generation& first,
+                                             std::shared_ptr<ExternalStop> stop) {
   std::shared_ptr<const MungeAdmission> munge =
       by_munge ? munge_admission(topology, inputs.caller_env, caller_job_id) : nullptr;
-  std::unique_ptr<Control> control = make_control(
-      control_options_for(options, topology, caller_job_id, secret, std::move(munge)));
+  std::unique_ptr<Control> control =
+      make_control(control_options_for(options, topology, caller_job_id, secret, std::move(munge)));
   topology.node_rank = control->node_rank();
 
   try {
@@ -322,24 +320,26 @@ void log_environment_defaults(const LaunchOptions& options) {
   if (!options.unused_flags.empty()) {
     std::string flags;
     for (const auto& f : options.unused_flags) flags += (flags.empty() ? "" : " ") + f;
-    spdlog::warn("not used by --run_mode={} (Paddle 2.x's ps controller): {}; {} trainer(s) per "
-                 "node without devices (count them with --trainer_num)",
-                 options.run_mode(), flags, options.worker_num);
+    spdlog::warn(
+        "not used by --run_mode={} (Paddle 2.x's ps controller): {}; {} trainer(s) per "
+        "node without devices (count them with --trainer_num)",
+        options.run_mode(), flags, options.worker_num);
   }
   if (options.from_environment.empty()) return;
   std::string used;
   for (const auto& v : options.from_environment) used += (used.empty() ? "" : ", ") + v;
-  spdlog::info("flag defaults from the environment (torchrun's PET_<FLAG>, Paddle's "
-               "PADDLE_<FLAG>): {}",
-               used);
+  spdlog::info(
+      "flag defaults from the environment (torchrun's PET_<FLAG>, Paddle's "
+      "PADDLE_<FLAG>): {}",
+      used);
 }
 
 // How WORKER is run (launcher/supervise/worker_lookup.h).
 WorkerCommand resolve_worker(const LaunchOptions& options, const JobContext& context) {
-  WorkerCommand command = worker_command(
-      WorkerChoice{options.worker, options.module, options.no_python, options.run_path,
-                   options.python},
-      context.launcher_dir, context.caller_env);
+  WorkerCommand command =
+      worker_command(WorkerChoice{options.worker, options.module, options.no_python,
+                                  options.run_path, options.python},
+                     context.launcher_dir, context.caller_env);
   if (command.python) {
     spdlog::debug("running {} as {} -u {}{}", options.worker, command.executable,
                   options.module ? "-m " : "", options.worker);
@@ -427,7 +427,7 @@ SupervisorOptions supervisor_options(const LaunchOptions& options, const NodeTop
 class JobRun {
  public:
   JobRun(const LaunchOptions& options, const JobContext& context)
-      : options_(options), context_(context), config_(job_config(options)) {}
+      : options_(options), context_(context), config_(options) {}
   JobRun(const JobRun&) = delete;
   JobRun& operator=(const JobRun&) = delete;
 
@@ -441,9 +441,9 @@ class JobRun {
     if (identity_.mode == IdentityMode::kStatic) {
       plan_static_job();
     } else if (topology_.multi_node()) {
-      control_ = form_multi_node_job(options_, config_, topology_, caller_job_id_,
-                                     identity_.secret, identity_.mode == IdentityMode::kMunge,
-                                     job_id_, inputs_, first_generation_, stop_);
+      control_ = form_multi_node_job(options_, config_, topology_, caller_job_id_, identity_.secret,
+                                     identity_.mode == IdentityMode::kMunge, job_id_, inputs_,
+                                     first_generation_, stop_);
     }
     inputs_.job_id = job_id_;
     choose_error_file_dir();
@@ -516,11 +516,13 @@ class JobRun {
       throw PlanError("--max_restarts=" + std::to_string(options_.max_restarts) +
                       ": a static job (" + topology_.source + " without " + env::kJobSecret +
                       ") has no control store, so its nodes cannot restart together; set the "
-                      "same " + env::kJobSecret + " on every node for job-wide restarts");
+                      "same " +
+                      env::kJobSecret + " on every node for job-wide restarts");
     }
     job_id_ = caller_job_id_.value_or(random_hex(kJobIdBytes));
     inputs_.job_secret = identity_.secret;
-    const std::string notice = without_secret_notice(identity_.mode, control_plane_where(topology_));
+    const std::string notice =
+        without_secret_notice(identity_.mode, control_plane_where(topology_));
     if (identity_.secret.empty() && identity_.mode == IdentityMode::kStatic) spdlog::info(notice);
     if (identity_.mode == IdentityMode::kOpenControlStore) spdlog::warn(notice);
   }
@@ -689,7 +691,7 @@ class JobRun {
   std::optional<logging::FileCopy> pod_log_;
   const LaunchOptions& options_;
   const JobContext& context_;
-  const JobConfig config_;  // what the planner reads of options_
+  const JobConfig& config_;  // what the planner reads of options_ (its JobConfig part)
   WorkerCommand command_;
   NodeTopology topology_;
   PlanInputs inputs_;
@@ -724,9 +726,9 @@ ErrorExit launch_exit_for(const std::exception& error) {
   // The launcher's own errors end it with 1, 2 or 127; a worker-side one (a store or collective
   // error that escaped the control connection's handling) is as unexpected as a foreign one.
   const auto* typed = dynamic_cast<const Error*>(&error);
-  const bool launchers = typed && (typed->exit_code() == kExitError ||
-                                   typed->exit_code() == kExitUsage ||
-                                   typed->exit_code() == kExitNotFound);
+  const bool launchers =
+      typed && (typed->exit_code() == kExitError || typed->exit_code() == kExitUsage ||
+                typed->exit_code() == kExitNotFound);
   if (!launchers) return {kExitError, "unexpected error: " + what};
   return ddl::exit_for(error);
 }

@@ -43,7 +43,8 @@ struct ControlStore {
 // Paddle 2.x's --master=etcd://...); no node hosts a store; etcd hands out missing node ranks.
 struct Etcd {
   std::vector<env::Endpoint> endpoints;  // its members' client endpoints, tried in order
-  std::string spelling;  // for messages: "--rdzv_backend=etcd", "--rdzv_backend=etcd-v2", "--master=etcd://"
+  std::string spelling;  // for messages: "--rdzv_backend=etcd", "--rdzv_backend=etcd-v2",
+                         // "--master=etcd://"
 };
 // A scheduler's variables: Slurm's allocation (every host known, node 0 hosts the store) or
 // Open MPI's processes (node 0 at MASTER_ADDR, the others publish their addresses).

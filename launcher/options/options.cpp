@@ -18,11 +18,6 @@
 
 namespace ddl::launcher {
 
-int LaunchOptions::node_index() const {
-  auto it = std::find(cluster_node_ips.begin(), cluster_node_ips.end(), node_ip);
-  return static_cast<int>(it - cluster_node_ips.begin());
-}
-
 const char* cpu_bind_name(CpuBind bind) {
   switch (bind) {
     case CpuBind::kCore:
@@ -776,9 +771,9 @@ void parse_console(const GivenFlags& r, LaunchOptions& o) {
 
 // --standalone and --run_mode against the rest of the job.
 void check_job_kind(const GivenFlags& r, bool ps_job, LaunchOptions& o) {
-  if (r.has("standalone") && (o.nnodes.value_or(1) > 1 || o.node_rank.value_or(0) > 0 ||
-                              r.has("cluster_node_ips") || r.has("master") ||
-                              r.has("rdzv_endpoint"))) {
+  if (r.has("standalone") &&
+      (o.nnodes.value_or(1) > 1 || o.node_rank.value_or(0) > 0 || r.has("cluster_node_ips") ||
+       r.has("master") || r.has("rdzv_endpoint"))) {
     throw OptionsError(
         "--standalone is a single-node job: it cannot be combined with --nnodes above 1, "
         "--node_rank, --master, --rdzv_endpoint or --cluster_node_ips");
@@ -926,6 +921,11 @@ LaunchOptions parse_command_line(const CommandLine& command_line, const env::Env
   parse_console(r, o);
   check_job_kind(r, ps.ps_job, o);
   parse_levels_and_timeouts(r, o);
+  // Paddle 1.8 and the fleet launcher give CPU workers an empty FLAGS_selected_gpus (so do
+  // launch's own defaults); Paddle 2.x and torchrun set none.
+  o.empty_gpus_on_cpu = o.dialect == Dialect::kOurs || o.dialect == Dialect::kPaddle18 ||
+                        o.dialect == Dialect::kFleetrun;
+  if (o.backend) o.distri_backend = o.resolved_backend();
 
   if (command_line.worker.empty()) throw OptionsError("missing WORKER program (see launch --help)");
   o.worker = command_line.worker.front();

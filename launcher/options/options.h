@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "env/contract.h"
+#include "launcher/cluster/job_config.h"
 #include "launcher/options/nodes.h"
 #include "launcher/options/rank_mapping.h"
 
@@ -93,20 +94,20 @@ struct EtcdSecurity {
   bool any() const { return tls || !user.empty(); }
 };
 
-struct LaunchOptions {
+// The parsed command line. What the planner reads (the node list, the counts, the ports, the
+// names the workers are told) is its JobConfig part (launcher/cluster/job_config.h), written here
+// once under each flag's name: --selected_gpus / --gpus / --devices (resolved against
+// CUDA_VISIBLE_DEVICES), nproc_per_node (#gpus when selected, else --nproc_per_node or 1),
+// --cluster_node_ips / --ips (with torchrun's spelling only this node's address; the others are
+// learnt at start), --node_ip (with --nnodes the address this node's workers are reached at,
+// default: found by routing towards --master_addr), --started_port, --master_port, the
+// parameter-server counts and lists, --rdzv_id, --role, --job_id, --log_level,
+// --rendezvous_timeout, --max_restarts, --backend, --rank_mapping_file.
+struct LaunchOptions : JobConfig {
   Dialect dialect = Dialect::kOurs;    // whose flags these are (see Dialect)
-  std::vector<int> selected_gpus;      // --selected_gpus / --gpus / --devices; empty: none
-  int nproc_per_node = 1;              // resolved: #gpus when selected, else --nproc_per_node or 1
   std::optional<std::string> log_dir;  // --log_dir; unset: every rank prints to the console
   bool quiet = false;                  // --quiet: with --log_dir, rank 0 is not echoed either
-  // --cluster_node_ips / --ips: every node's address (IPv4 or host name), node rank order. With
-  // the torchrun spelling it holds only this node's address (the others are learnt at start).
-  std::vector<std::string> cluster_node_ips{kDefaultNodeIp};
-  // --node_ip: this node's address. With --cluster_node_ips (or alone) it is one of them; with
-  // --nnodes it is the address this node's workers are reached at (default: found by routing
-  // towards --master_addr).
-  std::string node_ip = kDefaultNodeIp;
-  bool node_ip_given = false;  // --node_ip (or --local_addr) was on the command line
+  bool node_ip_given = false;          // --node_ip (or --local_addr) was on the command line
   // How the command line describes the nodes, decided once among its spellings (nodes.h): one
   // node, a node list, a rank mapping, a control store on node 0, or an etcd cluster.
   NodeDescription nodes = nodes::OneNode{};
@@ -114,15 +115,13 @@ struct LaunchOptions {
   // --node_rank,
   // --master_addr (node 0's address; it hosts the control store there). Exclusive with
   // --cluster_node_ips.
-  std::optional<int> nnodes;      // --nnodes=N, or MAX of --nnodes=MIN:MAX
-  std::optional<int> min_nnodes;  // MIN of --nnodes=MIN:MAX (elastic when below nnodes)
-  std::optional<int> node_rank;   // --node_rank, or --rank (Paddle 2.x)
+  std::optional<int> nnodes;               // --nnodes=N, or MAX of --nnodes=MIN:MAX
+  std::optional<int> min_nnodes;           // MIN of --nnodes=MIN:MAX (elastic when below nnodes)
+  std::optional<int> node_rank;            // --node_rank, or --rank (Paddle 2.x)
   std::optional<std::string> master_addr;  // --master_addr, or HOST of --master (Paddle 2.x)
-  // --master_port: the control store's port in a multi-node job (either spelling); default:
-  // --started_port - 1 when that is set, else kDefaultControlPort. Except in torchrun's static
-  // spelling (workers_master() below), where it is the workers' MASTER_PORT.
-  std::optional<int> master_port;
-  std::optional<int> started_port;  // --started_port (or FLAGS_START_PORT); unset: see flags.md
+  // master_port (JobConfig's): also the control store's port in a multi-node job (either
+  // spelling); default: --started_port - 1 when that is set, else kDefaultControlPort. Except in
+  // torchrun's static spelling (workers_master() below), where it is the workers' MASTER_PORT.
   // --use_paddlecloud (Paddle 1.8): the nodes come from PaddleCloud's variables
   // (env/scheduler.h, launcher/cluster/topology.h), which must then be set (unless
   // PADDLE_TRAINERS_NUM is 1).
@@ -132,34 +131,17 @@ struct LaunchOptions {
   bool print_config = true;  // --print_config[=false]
   // The PET_<FLAG> variables that gave a flag its value, as "PET_NNODES=2" (see parse_options).
   std::vector<std::string> from_environment;
-  spdlog::level::level_enum log_level = spdlog::level::info;  // --log_level
-  std::optional<std::string> log_level_name;  // the normalized level when given on the command line
+  // --log_level (log_level_name, JobConfig's, is its normalized name when given).
+  spdlog::level::level_enum log_level = spdlog::level::info;
   std::chrono::milliseconds kill_timeout = kDefaultKillTimeout;  // --kill_timeout (seconds)
-  std::optional<std::chrono::milliseconds> rendezvous_timeout;   // --rendezvous_timeout (seconds)
-  int max_restarts = 0;  // --max_restarts: restarts of the local group after a failure
   std::chrono::milliseconds hang_timeout{0};  // --hang_timeout (seconds); 0: no hang guard
-  // A parameter-server job (Paddle's launch_ps flags): server_num > 0. Either counts per node
-  // (--server_num=S, --worker_num=W: every node starts S servers and W trainers) or explicit
-  // endpoints (--servers, --workers: this node starts the entries whose host is --node_ip).
-  // nproc_per_node is then W (or, with explicit lists, the number of --workers entries) and
-  // cluster_node_ips is {node_ip} with explicit lists.
-  int server_num = 0;  // --server_num, or the length of --servers; 0: a collective job
-  int worker_num = 0;  // --worker_num, or the length of --workers (default: --nproc_per_node)
-  std::vector<env::Endpoint> servers;  // --servers; empty: counts, not explicit endpoints
-  std::vector<env::Endpoint> workers;  // --workers; given exactly when `servers` is
+  // A parameter-server job (Paddle's launch_ps flags, JobConfig's server_num, worker_num,
+  // servers, workers): nproc_per_node is then worker_num (or, with explicit lists, the number of
+  // --workers entries on this node) and cluster_node_ips is {node_ip} with explicit lists.
   // --server_grace (seconds): once every trainer of this node has exited 0, how long servers
   // (and heter workers) still running may take to exit by themselves before they are stopped.
   // Unset: none, they are stopped at once, as Paddle's launchers do.
   std::optional<std::chrono::milliseconds> server_grace;
-  // Heter workers (the fleet launcher's --heter_worker_num, --heter_workers, --heter_devices):
-  // stages 2.. of a parameter-server job, in order. With counts every node starts `count`
-  // workers of each stage; with --servers/--workers each stage lists its `endpoints`.
-  struct HeterStage {
-    std::string device = "gpu";            // --heter_devices' entry for the stage
-    int count = 0;                         // per node; with lists the number of endpoints
-    std::vector<env::Endpoint> endpoints;  // --heter_workers' entry; empty: counts
-  };
-  std::vector<HeterStage> heter;
   // Flags given that the job does not use, each with why, for one warning line (Paddle 2.x's
   // --run_mode=ps ignores --nproc_per_node and --devices).
   std::vector<std::string> unused_flags;
@@ -167,11 +149,6 @@ struct LaunchOptions {
   // (--rdzv_conf last_call_timeout=S, torchrun's spelling and default).
   std::chrono::milliseconds last_call_timeout{30'000};
   EtcdSecurity etcd_security;  // --rdzv_conf's TLS and authentication keys (etcd only)
-  // Names the workers are told (env/contract.h): TORCHELASTIC_RUN_ID (default: the job id),
-  // ROLE_NAME, PADDLE_JOB_ID (default "default", as Paddle's).
-  std::optional<std::string> rdzv_id;  // --rdzv_id (torchrun)
-  std::string role = "default";        // --role (torchrun)
-  std::optional<std::string> job_id;   // --job_id (Paddle 2.x)
   // How WORKER is run (launcher/supervise/worker_lookup.h): a script ending in .py, or a module
   // (-m/--module), by the Python interpreter with -u, as torchrun and Paddle do; --no_python runs
   // WORKER itself whatever its name. --python names the interpreter (default: python3 on PATH).
@@ -190,7 +167,7 @@ struct LaunchOptions {
   // --selected_gpus as typed, before it is made relative to CUDA_VISIBLE_DEVICES (Paddle 1.8).
   std::vector<int> selected_gpus_given;
   // --backend (the fleet launcher's) as given: "auto", "gloo" or "nccl"; unset: not given.
-  // Trainers then get PADDLE_DISTRI_BACKEND = resolved_backend().
+  // Trainers then get PADDLE_DISTRI_BACKEND = distri_backend = resolved_backend().
   std::optional<std::string> backend;
   CpuBind bind = CpuBind::kNone;  // --bind
   // --rank_mapping_file (as given) and --enable_auto_mapping, the fleet launcher's rank
@@ -199,7 +176,6 @@ struct LaunchOptions {
   // nproc_per_node the number of ranks this node runs.
   std::optional<std::string> rank_mapping_file;
   bool enable_auto_mapping = false;
-  std::optional<RankMapping> rank_mapping;
   bool report = true;    // --report[=false]: write LOG_DIR/report.json and report.html
   bool help = false;     // --help / -h: print help_text() and exit 0 (WORKER not required)
   bool version = false;  // --version: print the version and exit 0 (WORKER not required)
@@ -207,8 +183,6 @@ struct LaunchOptions {
   std::string worker;                    // WORKER as typed (resolved later)
   std::vector<std::string> worker_args;  // everything after WORKER, untouched
 
-  // This node's index in cluster_node_ips.
-  int node_index() const;
   // The etcd cluster that is the job's control plane, when the command line names one.
   const nodes::Etcd* etcd() const { return etcd_of(nodes); }
   // No node rank given, and the spelling hands them out: etcd, or node 0 with torchrun's c10d
@@ -220,8 +194,6 @@ struct LaunchOptions {
   }
   // True for --nnodes=MIN:MAX with MIN < MAX: the job runs on any number of nodes in between.
   bool elastic() const { return min_nnodes && nnodes && *min_nnodes < *nnodes; }
-  // True for a parameter-server job (--server_num or --servers).
-  bool ps_job() const { return server_num > 0; }
   // torchrun's static spelling without --started_port, collective: rank 0's endpoint is
   // --master_addr:--master_port (default port 29500), on one node or many, so the workers see
   // MASTER_ADDR/MASTER_PORT as given; in a multi-node job the control store then moves to the
@@ -236,14 +208,6 @@ struct LaunchOptions {
   std::string run_mode() const {
     return !ps_job() ? "collective" : heter.empty() ? "ps" : "ps-heter";
   }
-  // Heter workers per node with counts (the sum of the stages' counts).
-  int heter_per_node() const {
-    int total = 0;
-    for (const HeterStage& stage : heter) total += stage.count;
-    return total;
-  }
-  // True when --servers/--workers name the endpoints.
-  bool explicit_endpoints() const { return !servers.empty(); }
   // --backend made concrete: "nccl" when the workers have GPUs, else "gloo".
   std::string resolved_backend() const { return selected_gpus.empty() ? "gloo" : "nccl"; }
   // Paddle 2.x's log folder (dialect kPaddle2 with a log dir): the workers' logs under Paddle

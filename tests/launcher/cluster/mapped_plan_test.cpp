@@ -11,7 +11,7 @@ RankMapping mapping(const std::string& json) { return parse_rank_mapping(json, "
 JobConfig mapped(const std::string& json, const std::string& node_ip) {
   JobConfig config;
   config.rank_mapping = mapping(json);
-  config.node_ips = config.rank_mapping->hosts();
+  config.cluster_node_ips = config.rank_mapping->hosts();
   config.node_ip = node_ip;
   return config;
 }

@@ -28,7 +28,7 @@ JobConfig collective(int nproc) {
 // per node from port `started_port` on.
 JobConfig two_nodes(const std::string& ip, int started_port, int nproc) {
   JobConfig config = collective(nproc);
-  config.node_ips = {"10.0.0.1", "10.0.0.2"};
+  config.cluster_node_ips = {"10.0.0.1", "10.0.0.2"};
   config.node_ip = ip;
   config.started_port = started_port;
   return config;
@@ -165,9 +165,9 @@ TEST(Plan, NodePlaceAndDevicesForTorchrunAndPaddle2) {
   JobConfig config = two_nodes("10.0.0.2", 6170, 2);
   config.selected_gpus = {3, 1};
   config.max_restarts = 2;
-  config.paddle_job_id = "mnist";
-  config.run_id = "r9";
-  config.role_name = "tr";
+  config.job_id = "mnist";
+  config.rdzv_id = "r9";
+  config.role = "tr";
   const ClusterPlan plan = make_plan(config, inputs(picker));
   ASSERT_EQ(plan.local.size(), 2u);
   const env::EnvMap& e = plan.local[1].env;
@@ -207,7 +207,7 @@ TEST(Plan, SeveralNodesNeedStartedPort) {
   FakePicker picker{{5001}};
   try {
     JobConfig config = collective(1);
-    config.node_ips = {"10.0.0.1", "10.0.0.2"};
+    config.cluster_node_ips = {"10.0.0.1", "10.0.0.2"};
     config.node_ip = "10.0.0.1";
     make_plan(config, inputs(picker));
     FAIL() << "planned several nodes without --started_port";
@@ -220,7 +220,7 @@ TEST(Plan, GpusLevelAndRendezvousTimeout) {
   FakePicker picker{{7001, 7002}};
   JobConfig config = collective(2);
   config.selected_gpus = {3, 5};
-  config.log_level = "debug";
+  config.log_level_name = "debug";
   config.rendezvous_timeout = std::chrono::milliseconds(2500);
   const ClusterPlan plan = make_plan(config, inputs(picker));
   ASSERT_EQ(plan.local.size(), 2u);
@@ -489,7 +489,7 @@ TEST(PsPlan, SeveralNodesEachRunSServersAndWTrainers) {
   EXPECT_EQ(first.local[0].contract.rank, 0);
 
   JobConfig no_port = ps(1, 1);
-  no_port.node_ips = {"10.0.0.1", "10.0.0.2"};
+  no_port.cluster_node_ips = {"10.0.0.1", "10.0.0.2"};
   no_port.node_ip = "10.0.0.1";
   EXPECT_NE(plan_error(no_port, inputs(picker)).find("--started_port"), std::string::npos);
 }
@@ -531,7 +531,7 @@ TEST(PsPlan, ExplicitListsStartTheEntriesOnNodeIp) {
     JobConfig config = ps(3, 2);
     config.servers = {{"10.0.0.1", 7000}, {"10.0.0.2", 7000}, {"10.0.0.1", 7001}};
     config.workers = {{"10.0.0.2", 7100}, {"10.0.0.1", 7100}};
-    config.node_ips = {ip};
+    config.cluster_node_ips = {ip};
     config.node_ip = ip;
     config.nproc_per_node = static_cast<int>(std::count_if(
         config.workers.begin(), config.workers.end(),

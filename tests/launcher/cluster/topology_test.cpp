@@ -35,8 +35,7 @@ TEST(Hostlist, Expands) {
   EXPECT_EQ(expand("r[1-2]n[1-2]"), (Hosts{"r1n1", "r1n2", "r2n1", "r2n2"}));
   EXPECT_EQ(expand("[1-2]x"), (Hosts{"1x", "2x"}));
   EXPECT_EQ(expand("127.0.0.[1-2]"), (Hosts{"127.0.0.1", "127.0.0.2"}));
-  EXPECT_EQ(expand("node-a.example.com,node[3-3].ib"),
-            (Hosts{"node-a.example.com", "node3.ib"}));
+  EXPECT_EQ(expand("node-a.example.com,node[3-3].ib"), (Hosts{"node-a.example.com", "node3.ib"}));
   EXPECT_EQ(expand("n[1-65536]").size(), env::kMaxHostlistHosts);
 }
 
@@ -120,7 +119,7 @@ TEST(Slurm, TwoNodeAllocationGivesTheTopologyAndThePlan) {
     in.node_rank = t.node_rank;
     in.cluster_endpoints = std::vector<env::Endpoint>{
         {"gpu07", 7000}, {"gpu07", 7001}, {"gpu08", 7000}, {"gpu08", 7001}};
-    // What job_config() (launcher/job/job_config.h) makes of `options`.
+    // The planner's part of the options (launcher/cluster/job_config.h).
     JobConfig config;
     config.nproc_per_node = 2;
     config.started_port = 7000;
@@ -147,8 +146,8 @@ TEST(Slurm, NodeFlagsWinAndOneNodeAllocationsStaySingleNode) {
   EXPECT_EQ(flags.hosts, (Hosts{"10.0.0.1", "10.0.0.2"}));
   EXPECT_EQ(flags.control.str(), "10.0.0.1:" + std::to_string(kDefaultControlPort));
 
-  env::EnvMap one = {{env::kSlurmJobNodelist, "solo"}, {env::kSlurmNnodes, "1"},
-                     {env::kSlurmNodeId, "0"}};
+  env::EnvMap one = {
+      {env::kSlurmJobNodelist, "solo"}, {env::kSlurmNnodes, "1"}, {env::kSlurmNodeId, "0"}};
   const NodeTopology single = resolve_topology(parse({"w"}), one);
   EXPECT_FALSE(single.multi_node());
   EXPECT_EQ(single.local_host, "127.0.0.1");
@@ -167,19 +166,18 @@ TEST(Torchrun, SpellingMapsOntoTheTopology) {
   EXPECT_EQ(t.control.str(), "head.example:1235")
       << "static spelling: MASTER_PORT 1234 is rank 0's, the control store is next to it";
 
-  const NodeTopology with_ip =
-      resolve_topology(parse({"--nnodes=2", "--node_rank=1", "--master_addr=10.0.0.1",
-                              "--node_ip=10.0.0.7", "w"}),
-                       {});
+  const NodeTopology with_ip = resolve_topology(
+      parse({"--nnodes=2", "--node_rank=1", "--master_addr=10.0.0.1", "--node_ip=10.0.0.7", "w"}),
+      {});
   EXPECT_EQ(with_ip.local_host, "10.0.0.7");
   EXPECT_EQ(with_ip.control.port, kDefaultControlPort + 1) << "MASTER_PORT defaults to 29500";
 
   // The other spellings keep the control store on the port they name.
   EXPECT_EQ(resolve_topology(parse({"--nnodes=2", "--rdzv_endpoint=h:1234", "w"}), {}).control.port,
             1234);
-  EXPECT_EQ(resolve_topology(parse({"--nnodes=2", "--rank=0", "--master=h:1234", "w"}), {})
-                .control.port,
-            1234);
+  EXPECT_EQ(
+      resolve_topology(parse({"--nnodes=2", "--rank=0", "--master=h:1234", "w"}), {}).control.port,
+      1234);
   EXPECT_EQ(resolve_topology(parse({"--nnodes=2", "--node_rank=0", "--master_addr=h",
                                     "--master_port=1234", "--started_port=6170", "w"}),
                              {})
@@ -249,10 +247,14 @@ TEST(Etcd, EitherSpellingGivesTheEtcdTopology) {
 
 TEST(Etcd, SchedulersAndNodeListsDoNotCombineWithIt) {
   // Slurm's and PaddleCloud's variables are not consulted: etcd numbers the nodes.
-  const env::EnvMap slurm = {
-      {"SLURM_JOB_NODELIST", "n[1-2]"}, {"SLURM_NNODES", "2"},       {"SLURM_NODEID", "1"},
-      {"SLURM_JOB_ID", "7"},            {"PADDLE_TRAINERS", "10.0.0.1,10.0.0.2"},
-      {"POD_IP", "10.0.0.2"},           {"PADDLE_TRAINER_ID", "1"},  {"PADDLE_TRAINERS_NUM", "2"}};
+  const env::EnvMap slurm = {{"SLURM_JOB_NODELIST", "n[1-2]"},
+                             {"SLURM_NNODES", "2"},
+                             {"SLURM_NODEID", "1"},
+                             {"SLURM_JOB_ID", "7"},
+                             {"PADDLE_TRAINERS", "10.0.0.1,10.0.0.2"},
+                             {"POD_IP", "10.0.0.2"},
+                             {"PADDLE_TRAINER_ID", "1"},
+                             {"PADDLE_TRAINERS_NUM", "2"}};
   const NodeTopology t = resolve_topology(
       parse({"--rdzv_backend=etcd-v2", "--rdzv_endpoint=10.0.0.1", "--nnodes=2", "w"}), slurm);
   EXPECT_EQ(t.source, "--rdzv_backend=etcd-v2");
@@ -267,9 +269,8 @@ TEST(Etcd, SchedulersAndNodeListsDoNotCombineWithIt) {
 // One case per way a job is described, decided once: the command line's (parse_options), then
 // the environment's where the command line lists no nodes (resolve_topology).
 TEST(NodeDescription, EachWayIsItsOwnCase) {
-  const env::EnvMap slurm = {{"SLURM_JOB_NODELIST", "n[1-2]"},
-                             {"SLURM_NNODES", "2"},
-                             {"SLURM_NODEID", "1"}};
+  const env::EnvMap slurm = {
+      {"SLURM_JOB_NODELIST", "n[1-2]"}, {"SLURM_NNODES", "2"}, {"SLURM_NODEID", "1"}};
   const env::EnvMap mpi = {{"OMPI_COMM_WORLD_SIZE", "2"},
                            {"OMPI_COMM_WORLD_RANK", "1"},
                            {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
@@ -327,9 +328,8 @@ const env::EnvMap kCloudEnv = {{"PADDLE_TRAINERS", "10.0.0.1,10.0.0.2"},
                                {"PADDLE_TRAINERS_NUM", "2"}};
 
 TEST(CloudTopology, TheFleetSwitchNeedsNoFlag) {
-  const NodeTopology t =
-      resolve_topology(parse_env({"--ips=10.0.0.9", "--node_ip=10.0.0.9", "w"}, kCloudEnv),
-                       kCloudEnv);
+  const NodeTopology t = resolve_topology(
+      parse_env({"--ips=10.0.0.9", "--node_ip=10.0.0.9", "w"}, kCloudEnv), kCloudEnv);
   EXPECT_TRUE(t.cloud());
   EXPECT_TRUE(t.paddle_static());
   EXPECT_EQ(t.nnodes, 2);
@@ -362,13 +362,11 @@ TEST(CloudTopology, TheFlagWithoutVariablesIsAnError) {
 }
 
 TEST(CloudTopology, ANodeListIsPaddleStatic) {
-  EXPECT_TRUE(resolve_topology(parse_env({"--ips=10.0.0.1,10.0.0.2", "--node_ip=10.0.0.1", "w"},
-                                         {}),
-                               {})
-                  .paddle_static());
-  EXPECT_FALSE(
-      resolve_topology(parse_env({"--nnodes=2", "--master_addr=10.0.0.1", "w"}, {}), {})
+  EXPECT_TRUE(
+      resolve_topology(parse_env({"--ips=10.0.0.1,10.0.0.2", "--node_ip=10.0.0.1", "w"}, {}), {})
           .paddle_static());
+  EXPECT_FALSE(resolve_topology(parse_env({"--nnodes=2", "--master_addr=10.0.0.1", "w"}, {}), {})
+                   .paddle_static());
 }
 
 // PaddleCloud's variables and the other variables that name hosts pass the same check as the

@@ -1,7 +1,8 @@
-// job_config(): the command line as the planner sees it (launcher/job/job_config.h). The plan's
-// own rules are tested on configs built directly (tests/launcher/cluster/plan_test.cpp); these
-// tests check which flag sets which field, and one plan made from a parsed command line.
-#include "launcher/job/job_config.h"
+// The command line as the planner sees it: the JobConfig part of LaunchOptions
+// (launcher/cluster/job_config.h). The plan's own rules are tested on configs built directly
+// (tests/launcher/cluster/plan_test.cpp); these tests check which flag sets which field, and one
+// plan made from a parsed command line.
+#include "launcher/cluster/job_config.h"
 
 #include <gtest/gtest.h>
 
@@ -9,6 +10,9 @@
 #include <chrono>
 #include <string>
 #include <vector>
+
+#include "launcher/cluster/plan.h"
+#include "launcher/options/options.h"
 
 namespace ddl::launcher {
 namespace {
@@ -19,25 +23,25 @@ JobConfig from_command_line(std::vector<std::string> args) {
   args.insert(args.begin(), "launch");
   std::vector<const char*> argv;
   for (const auto& a : args) argv.push_back(a.c_str());
-  return job_config(parse_options(static_cast<int>(argv.size()), argv.data()));
+  return parse_options(static_cast<int>(argv.size()), argv.data());
 }
 
 // Every field of `actual` is that of `expected`.
 void expect_same(const JobConfig& actual, const JobConfig& expected) {
-  EXPECT_EQ(actual.node_ips, expected.node_ips);
+  EXPECT_EQ(actual.cluster_node_ips, expected.cluster_node_ips);
   EXPECT_EQ(actual.node_ip, expected.node_ip);
   EXPECT_EQ(actual.nproc_per_node, expected.nproc_per_node);
   EXPECT_EQ(actual.selected_gpus, expected.selected_gpus);
   EXPECT_EQ(actual.started_port, expected.started_port);
-  EXPECT_EQ(actual.rank0_port, expected.rank0_port);
+  EXPECT_EQ(actual.master_port, expected.master_port);
   EXPECT_EQ(actual.server_num, expected.server_num);
   EXPECT_EQ(actual.worker_num, expected.worker_num);
   EXPECT_EQ(actual.servers, expected.servers);
   EXPECT_EQ(actual.workers, expected.workers);
-  EXPECT_EQ(actual.run_id, expected.run_id);
-  EXPECT_EQ(actual.role_name, expected.role_name);
-  EXPECT_EQ(actual.paddle_job_id, expected.paddle_job_id);
-  EXPECT_EQ(actual.log_level, expected.log_level);
+  EXPECT_EQ(actual.rdzv_id, expected.rdzv_id);
+  EXPECT_EQ(actual.role, expected.role);
+  EXPECT_EQ(actual.job_id, expected.job_id);
+  EXPECT_EQ(actual.log_level_name, expected.log_level_name);
   EXPECT_EQ(actual.rendezvous_timeout, expected.rendezvous_timeout);
   EXPECT_EQ(actual.max_restarts, expected.max_restarts);
 }
@@ -60,16 +64,16 @@ TEST(JobConfig, WhoseFlagsDecideTheCpuDeviceListAndBackend) {
 
 TEST(JobConfig, EachFlagSetsItsField) {
   JobConfig expected;
-  expected.node_ips = {"10.0.0.1", "10.0.0.2"};
+  expected.cluster_node_ips = {"10.0.0.1", "10.0.0.2"};
   expected.node_ip = "10.0.0.2";
   expected.nproc_per_node = 2;  // one per selected GPU
   expected.selected_gpus = {3, 1};
   expected.started_port = 6170;
-  expected.rank0_port = 6000;
-  expected.run_id = "r9";
-  expected.role_name = "tr";
-  expected.paddle_job_id = "mnist";
-  expected.log_level = "debug";
+  expected.master_port = 6000;
+  expected.rdzv_id = "r9";
+  expected.role = "tr";
+  expected.job_id = "mnist";
+  expected.log_level_name = "debug";
   expected.rendezvous_timeout = milliseconds(2500);
   expected.max_restarts = 2;
   expect_same(from_command_line({"--ips=10.0.0.1,10.0.0.2", "--node_ip=10.0.0.2",
@@ -94,8 +98,8 @@ TEST(JobConfig, ParameterServerLists) {
   expected.workers = {{"10.0.0.2", 7100}, {"10.0.0.1", 7100}};
   expected.server_num = 3;
   expected.worker_num = 2;
-  expected.nproc_per_node = 1;       // this node's trainers
-  expected.node_ips = {"10.0.0.2"};  // with explicit lists the node is --node_ip
+  expected.nproc_per_node = 1;               // this node's trainers
+  expected.cluster_node_ips = {"10.0.0.2"};  // with explicit lists the node is --node_ip
   expected.node_ip = "10.0.0.2";
   expect_same(
       from_command_line({"--servers=10.0.0.1:7000,10.0.0.2:7000,10.0.0.1:7001",

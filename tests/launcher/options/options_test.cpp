@@ -842,8 +842,7 @@ TEST(EtcdControlPlane, EnvironmentVariablesStandForTheFlags) {
                                               {"PET_RDZV_ENDPOINT", "10.0.0.5:2379,10.0.0.6"},
                                               {"PET_NNODES", "2"}});
   ASSERT_TRUE(pet.etcd());
-  EXPECT_EQ(pet.etcd()->endpoints,
-            (Endpoints{{"10.0.0.5", 2379}, {"10.0.0.6", kDefaultEtcdPort}}));
+  EXPECT_EQ(pet.etcd()->endpoints, (Endpoints{{"10.0.0.5", 2379}, {"10.0.0.6", kDefaultEtcdPort}}));
   EXPECT_EQ(pet.etcd()->spelling, "--rdzv_backend=etcd-v2");
   EXPECT_TRUE(pet.auto_node_rank());
   EXPECT_EQ(pet.dialect, Dialect::kTorchrun);
