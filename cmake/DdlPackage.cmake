@@ -13,6 +13,8 @@ if(TARGET ddl_cuda_nccl)
   ddl_install_targets(ddl_cuda_nccl)
 endif()
 install(TARGETS launch RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# launch's etcd control store, loaded only by jobs that use one (launcher/CMakeLists.txt).
+install(TARGETS ddl_etcd_store LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/ddlaunch)
 # launch_ps (launcher/options/launch_ps.h): a relative link to launch beside it.
 install(CODE "file(CREATE_LINK launch \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_BINDIR}/launch_ps\" SYMBOLIC)")
 

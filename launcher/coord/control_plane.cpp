@@ -1,10 +1,43 @@
 #include "launcher/coord/control_plane.h"
 
+#include <dlfcn.h>
 #include <spdlog/spdlog.h>
 
+#include "env/text.h"
 #include "launcher/coord/engine.h"
+#include "launcher/supervise/worker_lookup.h"
 
 namespace ddl::launcher {
+namespace {
+
+// The etcd store, from the module ddl_etcd_store (launcher/CMakeLists.txt says why it is one):
+// beside this program (the build tree), else where it is installed (DDL_ETCD_MODULE_INSTALLED,
+// relative to this program's folder). The module stays loaded for the life of the process.
+std::unique_ptr<ControlStore> load_etcd_control_store(const ControlOptions& options) {
+  using Factory = ControlStore* (*)(const ControlOptions&);
+  static const char* const kModule = "ddl_etcd_store.so";
+  const std::string here = launcher_directory();
+  std::vector<std::string> tried;
+  std::string why;
+  for (const std::string dir : {".", DDL_ETCD_MODULE_INSTALLED}) {
+    const std::string path = here + "/" + dir + "/" + kModule;
+    tried.push_back(path);
+    void* module = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (module == nullptr) {
+      why = ::dlerror();
+      continue;
+    }
+    if (auto make = reinterpret_cast<Factory>(::dlsym(module, "ddl_make_etcd_control_store"))) {
+      return std::unique_ptr<ControlStore>(make(options));
+    }
+    why = path + " has no ddl_make_etcd_control_store";
+  }
+  throw ControlError("an etcd control plane needs launch's etcd module " + std::string(kModule) +
+                     ", which could not be loaded (looked for " + env::join(tried, ", ") +
+                     "; last error: " + why + ")");
+}
+
+}  // namespace
 
 std::string node_list(const std::set<int>& nodes) {
   return env::join(std::vector<int>(nodes.begin(), nodes.end()), ", ");
@@ -75,7 +108,7 @@ std::unique_ptr<Control> make_control(const ControlOptions& options) {
   ControlOptions o = options;
   // The TCP store may make this launcher node 0 (kAutoNodeRank).
   std::unique_ptr<ControlStore> store =
-      o.etcd() ? make_etcd_control_store(o) : make_tcp_control_store(o);
+      o.etcd() ? load_etcd_control_store(o) : make_tcp_control_store(o);
   return std::make_unique<ControlEngine>(o, std::move(store));
 }
 
