@@ -52,8 +52,10 @@ class ControlStore {
   // Another connection to the same store, for another thread.
   virtual std::unique_ptr<ControlStore> connect() const = 0;
 
-  // Appends `value` to roster `roster`.
-  virtual void append(const std::string& roster, const std::string& value) = 0;
+  // Appends `value` to roster `roster`. Returns the entry's position (1: the roster's first) where
+  // the store learns it with the append, else nullopt.
+  virtual std::optional<RosterCursor> append(const std::string& roster,
+                                             const std::string& value) = 0;
   // The entries of `roster` past `cursor`, oldest first, at most `limit`; moves `cursor` past
   // them.
   virtual std::vector<std::string> read(const std::string& roster, RosterCursor& cursor,

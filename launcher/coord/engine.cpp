@@ -189,9 +189,9 @@ std::optional<ControlEngine::Entry> ControlEngine::first_entry(ControlStore& sto
   return std::move(e.front());
 }
 
-void ControlEngine::append(ControlStore& store, const std::string& roster,
-                           const std::string& payload) {
-  store.append(name(roster), seal(name(roster), payload));
+std::optional<RosterCursor> ControlEngine::append(ControlStore& store, const std::string& roster,
+                                                  const std::string& payload) {
+  return store.append(name(roster), seal(name(roster), payload));
 }
 
 void ControlEngine::refresh(ControlStore& store, Roll& roll) {
@@ -313,7 +313,8 @@ bool ControlEngine::claim(int node) {
   // line for the rank once its holder is lost.
   std::optional<Entry> h = holder();
   if (!h) {
-    append(*store_, roster, "");
+    // The roster's first entry needs no reading back: no claim precedes it.
+    if (append(*store_, roster, "") == std::optional<RosterCursor>(1)) return true;
     h = holder();
   }
   return h && h->launcher == launcher_;
@@ -371,9 +372,9 @@ Control::Agreement ControlEngine::rendezvous(const JobDescription& mine,
   try {
     const std::string presentation =
         encode_presentation({mine, local, proposed_job_id, proposed_job_secret, launcher_});
-    // Under "node/<n>" for whoever looks for one node, in "described" for the decider, who
-    // reads every node's in one request per batch of arrivals.
-    append(*store_, gen("node", me), presentation);
+    // Once, in "described": the decider reads every node's in one request per batch of
+    // arrivals; a node that looks for node 0's reads from the front (node 0's comes first as a
+    // rule: it hosts the TCP store), caching what it passes.
     append(*store_, "described", presentation);
     auto missing = [&](const std::set<int>& pending) {
       return ControlError("node(s) " + node_list(pending) + " of " +
@@ -407,8 +408,7 @@ Control::Agreement ControlEngine::rendezvous(const JobDescription& mine,
       const auto now = Clock::now();
       if (now >= deadline) throw missing(reference_ ? pending : std::set<int>{0});
       store_->wait(
-          name(me == 0 ? std::string("described") : gen("node", 0)),
-          me == 0 ? decision_->described_at : 0,
+          name("described"), decision_->described_at,
           std::min(kControlPollInterval, std::chrono::duration_cast<milliseconds>(deadline - now)));
     }
     return Agreement{reference_->job_id, reference_->job_secret};
@@ -419,15 +419,17 @@ Control::Agreement ControlEngine::rendezvous(const JobDescription& mine,
   }
 }
 
-void ControlEngine::read_presentations() {
+std::size_t ControlEngine::read_presentations(std::size_t limit) {
   Decision& d = *decision_;
-  for (const Entry& e : read_entries(*store_, "described", d.described_at)) {
+  const std::vector<Entry> entries = read_entries(*store_, "described", d.described_at, limit);
+  for (const Entry& e : entries) {
     // A later presentation of a node is a new launcher's that took the rank of a lost one.
     Presentation p =
         decode_presentation(e.payload, "'" + name("described") + "' in " + store_->where());
     p.launcher = e.launcher;
     d.presented[e.node] = std::move(p);
   }
+  return entries.size();
 }
 
 std::optional<Presentation> ControlEngine::presentation_of(int node, const std::string& launcher) {
@@ -438,15 +440,12 @@ std::optional<Presentation> ControlEngine::presentation_of(int node, const std::
     return it->second;
   };
   if (auto p = cached()) return p;
-  const std::string roster = gen("node", node);
-  RosterCursor cursor = 0;
-  std::optional<Presentation> found;
-  for (const Entry& e : read_entries(*store_, roster, cursor)) {
-    if (e.node != node || (!launcher.empty() && e.launcher != launcher)) continue;
-    found = decode_presentation(e.payload, "'" + name(roster) + "' in " + store_->where());
-    found->launcher = e.launcher;
+  // Further into "described" until it is there, a few entries per request.
+  constexpr std::size_t kBatch = 8;
+  while (read_presentations(kBatch) > 0) {
+    if (auto p = cached()) return p;
   }
-  return found;
+  return std::nullopt;
 }
 
 void ControlEngine::compare_with(int node, const Presentation& theirs) {

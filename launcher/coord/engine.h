@@ -14,7 +14,8 @@
 // - Node ranks: roster "claim/<n>"; the first verified entry holds rank n. A launcher without a
 //   rank takes the lowest n (from ControlStore::first_free_rank) whose roster is empty or whose
 //   first entry is its own.
-// - Agreement: each node presents itself once ("node/<n>": description, endpoints, proposals).
+// - Agreement: each node presents itself once, in roster "described" (description, endpoints,
+//   proposals), which every node reads from the front with a cursor.
 //   Node 0's presentation is the reference: every node compares its description with node 0's,
 //   node 0 compares every node's (with a fixed count, in the rendezvous; elastic, as they join a
 //   generation), so a mismatch fails on both sides. Node 0's job id and secret hold.
@@ -36,6 +37,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -102,7 +104,8 @@ class ControlEngine final : public Control {
   // Reads what is new in the rosters of who is in the job (present, bye, lost).
   void refresh(ControlStore& store, Roll& roll);
   std::optional<Entry> first_entry(ControlStore& store, const std::string& roster);
-  void append(ControlStore& store, const std::string& roster, const std::string& payload);
+  std::optional<RosterCursor> append(ControlStore& store, const std::string& roster,
+                                     const std::string& payload);
 
   void join_run();
   bool run_is_live(const std::string& token);
@@ -121,8 +124,9 @@ class ControlEngine final : public Control {
   bool is_member(const Members& m) const;
   // The lowest live node of `roll` (this node when it knows of none): who watches the others.
   int lead(const Roll& roll) const;
-  // Reads what is new in "described": every node's presentation, for the decider.
-  void read_presentations();
+  // Reads what is new in "described" (at most `limit` entries), every node's presentation, into
+  // the cache presentation_of() looks in; returns how many it read.
+  std::size_t read_presentations(std::size_t limit = SIZE_MAX);
   std::optional<std::vector<int>> decide(
       int generation, std::chrono::steady_clock::time_point deadline,
       std::optional<std::chrono::steady_clock::time_point>& last_call);

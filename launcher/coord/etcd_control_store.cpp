@@ -25,10 +25,12 @@ class EtcdControlStore final : public ControlStore {
     return std::make_unique<EtcdControlStore>(options_, client_->clone());
   }
 
-  void append(const std::string& roster, const std::string& value) override {
+  std::optional<RosterCursor> append(const std::string& roster,
+                                     const std::string& value) override {
     call("append", [&] {
       client_->put(prefix_ + roster + "/" + writer_ + "." + std::to_string(++appended_), value);
     });
+    return std::nullopt;  // its place among the others' is known once the roster is read
   }
 
   std::vector<std::string> read(const std::string& roster, RosterCursor& cursor,

@@ -14,12 +14,17 @@ class MemoryControlStore final : public ControlStore {
     return std::make_unique<MemoryControlStore>(state_);
   }
 
-  void append(const std::string& roster, const std::string& value) override {
+  std::optional<RosterCursor> append(const std::string& roster,
+                                     const std::string& value) override {
+    RosterCursor position = 0;
     {
       std::lock_guard<std::mutex> lock(state_->mutex);
-      state_->rosters[roster].push_back(value);
+      std::vector<std::string>& entries = state_->rosters[roster];
+      entries.push_back(value);
+      position = static_cast<RosterCursor>(entries.size());
     }
     state_->changed.notify_all();
+    return position;
   }
 
   std::vector<std::string> read(const std::string& roster, RosterCursor& cursor,

@@ -67,10 +67,12 @@ class TcpControlStore final : public ControlStore {
     });
   }
 
-  void append(const std::string& roster, const std::string& value) override {
-    call("append", [&] {
+  std::optional<RosterCursor> append(const std::string& roster,
+                                     const std::string& value) override {
+    return call("append", [&] {
       const std::int64_t ticket = store_->add(roster + "/n", 1);
       store_->set(entry_key(roster, ticket), bytes(value));
+      return std::optional<RosterCursor>(ticket);
     });
   }
 
