@@ -3,6 +3,8 @@
 #include <dlfcn.h>
 #include <spdlog/spdlog.h>
 
+#include <filesystem>
+
 #include "env/text.h"
 #include "launcher/coord/engine.h"
 #include "launcher/supervise/worker_lookup.h"
@@ -20,7 +22,7 @@ std::unique_ptr<ControlStore> load_etcd_control_store(const ControlOptions& opti
   std::vector<std::string> tried;
   std::string why;
   for (const std::string dir : {".", DDL_ETCD_MODULE_INSTALLED}) {
-    const std::string path = here + "/" + dir + "/" + kModule;
+    const std::string path = (std::filesystem::path(here) / dir / kModule).lexically_normal();
     tried.push_back(path);
     void* module = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (module == nullptr) {

@@ -164,4 +164,27 @@ TEST(EtcdJob, UnreachableEtcdIsOneLineNamingEveryEndpoint) {
   }
 }
 
+// `launch` loads its etcd store as a module (launcher/CMakeLists.txt): a copy of launch without
+// it refuses an etcd job in one line naming the module and where it looked, and exits non-zero.
+TEST(EtcdJob, AMissingEtcdModuleIsOneLineNamingIt) {
+  TempDir tmp;
+  const fs::path alone = tmp.path() / "alone";
+  fs::create_directories(alone);
+  fs::copy_file(kLaunch, alone / "launch");
+  // The wrapper drops the launch it is given and runs the copy with the same arguments.
+  const std::vector<std::string> copy = {
+      "/bin/sh", "-c", "shift; exec \"" + (alone / "launch").string() + "\" \"$@\"", "sh"};
+  LaunchRun node(
+      tmp,
+      {"--rdzv_backend=etcd", "--rdzv_endpoint=127.0.0.1:" + std::to_string(free_loopback_port()),
+       "--nnodes=2", "--rendezvous_timeout=3", "--print_config=false", kHello},
+      job_env(), copy);
+  const std::optional<int> code = node.wait(milliseconds(20'000));
+  ASSERT_TRUE(code) << node.err();
+  EXPECT_NE(*code, 0);
+  const std::string err = node.err();
+  EXPECT_EQ(count(err, "ddl_etcd_store.so, which could not be loaded"), 1) << err;
+  EXPECT_TRUE(contains(err, (alone / "ddl_etcd_store.so").string())) << err;
+}
+
 }  // namespace
