@@ -110,6 +110,10 @@ inline constexpr const char* kRendezvousTimeoutMs = "DDL_RENDEZVOUS_TIMEOUT_MS";
 inline constexpr const char* kRestartCount = "DDL_RESTART_COUNT";  // 0 on the first start
 inline constexpr const char* kLogLevel = "DDL_LOG_LEVEL";      // debug|info|warn|error
 inline constexpr const char* kFault = "DDL_FAULT";             // fault injection (testing aid)
+// The file descriptor of the pipe a worker writes its progress to (one line per step; the
+// protocol is launcher/health/progress.h, the C++ call worker/runtime/progress.h). Set by
+// `launch` for every process it starts.
+inline constexpr const char* kProgressFd = "DDL_PROGRESS_FD";
 
 // A worker that gives up at a rendezvous or collective deadline exits kExitDeadline
 // (env/exit_codes.h). The launcher then takes the stack traces of the processes still running

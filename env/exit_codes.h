@@ -14,6 +14,9 @@
 //                                                                    writable
 //   5      kExitParallel       -                                     environment, rendezvous,
 //                                                                    collective or PS failure
+//   93     kExitNoProgress     --no_progress_restarts: restarts kept -
+//                              failing without passing the last
+//                              checkpoint (do not requeue as is)
 //   124    kExitDeadline       the hang guard fired, or a worker's   a rendezvous or collective
 //                              124 passed on                         deadline passed
 //   127    kExitNotFound       WORKER is not an executable           -
@@ -31,6 +34,7 @@ inline constexpr int kExitUsage = 2;
 inline constexpr int kExitBadData = 3;
 inline constexpr int kExitBadCheckpoint = 4;
 inline constexpr int kExitParallel = 5;
+inline constexpr int kExitNoProgress = 93;
 inline constexpr int kExitDeadline = 124;
 inline constexpr int kExitNotFound = 127;
 

@@ -10,11 +10,14 @@
 //   --ignore_signals   ignore SIGINT, SIGTERM, SIGHUP    --show_env NAME  print NAME's value too
 //   --steps N          after READY, run N "training steps" (one line "rank R step S" each)
 //   --step_ms N        ... sleeping N ms before each step
+//   --busy_ms N        ... and computing (a busy loop on the CPU) for N ms of CPU time first;
+//                      each step is reported on DDL_PROGRESS_FD (worker/runtime/progress.h)
 //   --start_file PATH  ... once PATH exists (checked every 10 ms for at most 60 s, else exit 3)
 //   --fail_server I    only server I exits with --exit_code, at once (the others exit 0)
 //   --server_sleep_ms N  servers sleep N ms instead of --sleep_ms (e.g. servers that outlive
 //                      the trainers)
-//   --list_fds         print the descriptors it inherited: "FDS 0 1 2"
+//   --list_fds         print the descriptors it inherited: "FDS 0 1 2 progress" (the one
+//                      DDL_PROGRESS_FD names is printed as "progress")
 //   --leave_helper MS  leave a helper running in a session of its own (out of the launcher's
 //                      reach), sleeping MS ms with every descriptor the worker had except the
 //                      standard streams (/dev/null there); prints "HELPER <pid>"
@@ -36,6 +39,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
@@ -47,6 +51,7 @@
 #include "env/error.h"
 #include "logging/log.h"
 #include "worker/runtime/fault.h"
+#include "worker/runtime/progress.h"
 
 namespace {
 
@@ -66,6 +71,7 @@ struct HelloOptions {
   bool ignore_signals = false;
   int steps = 0;
   int step_ms = 0;
+  int busy_ms = 0;
   std::string start_file;
   std::vector<std::string> show_env;
   std::vector<std::string> echo_args;
@@ -83,6 +89,21 @@ void write_all(const std::string& text) {
 }
 
 void say(const std::string& line) { write_all(line + "\n"); }
+
+// Computes for `cpu` of this thread's CPU time: a step that a busy core makes slower, as real work.
+void busy_for(std::chrono::milliseconds cpu) {
+  timespec start{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &start);
+  volatile std::uint64_t x = 1;
+  for (;;) {
+    for (int i = 0; i < 10000; ++i) x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    timespec now{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+    const auto used = std::chrono::seconds(now.tv_sec - start.tv_sec) +
+                      std::chrono::nanoseconds(now.tv_nsec - start.tv_nsec);
+    if (used >= cpu) return;
+  }
+}
 
 int parse_int(const std::string& flag, const char* text) {
   try {
@@ -127,6 +148,8 @@ HelloOptions parse(int argc, char** argv) {
       o.steps = parse_int(a, value());
     else if (a == "--step_ms")
       o.step_ms = parse_int(a, value());
+    else if (a == "--busy_ms")
+      o.busy_ms = parse_int(a, value());
     else if (a == "--start_file" && i + 1 < argc)
       o.start_file = argv[++i];
     else if (a == "--show_env" && i + 1 < argc)
@@ -141,8 +164,9 @@ HelloOptions parse(int argc, char** argv) {
   return o;
 }
 
-// "FDS 0 1 2": the descriptors open in this process, without the one that lists them.
-std::string open_descriptors() {
+// "FDS 0 1 2 progress": the descriptors open in this process, without the one that lists them;
+// `progress_fd` (DDL_PROGRESS_FD's) is printed as "progress".
+std::string open_descriptors(int progress_fd) {
   DIR* dir = ::opendir("/proc/self/fd");
   if (dir == nullptr) return "FDS ? (/proc/self/fd cannot be read)";
   std::vector<int> fds;
@@ -154,7 +178,7 @@ std::string open_descriptors() {
   ::closedir(dir);
   std::sort(fds.begin(), fds.end());
   std::string line = "FDS";
-  for (int fd : fds) line += " " + std::to_string(fd);
+  for (int fd : fds) line += " " + (fd == progress_fd ? std::string("progress") : std::to_string(fd));
   return line;
 }
 
@@ -204,6 +228,7 @@ int run(int argc, char** argv) {
   const bool trainer = !contract || contract->role == ddl::env::Role::kTrainer;
   // "rank 3" or "server 1": how this process names itself.
   const std::string me = (trainer ? "rank " : "server ") + std::to_string(rank);
+  const ddl::ProgressReporter progress = ddl::ProgressReporter::from_env(env);
   std::optional<ddl::FaultInjector> fault;
   try {
     if (trainer) fault.emplace(env, rank, restart_count);
@@ -279,7 +304,10 @@ int run(int argc, char** argv) {
     }
     if (child > 0) say("CHILD " + std::to_string(child));
   }
-  if (o.list_fds) say(open_descriptors());
+  if (o.list_fds) {
+    const auto fd = ddl::env::lookup(env, ddl::env::kProgressFd);
+    say(open_descriptors(fd ? std::atoi(fd->c_str()) : -1));
+  }
   if (o.leave_helper_ms) leave_helper(*o.leave_helper_ms);
   say("READY pid " + std::to_string(::getpid()) + " pgid " + std::to_string(::getpgrp()));
 
@@ -294,9 +322,11 @@ int run(int argc, char** argv) {
     }
   }
   for (int step = 0; step < o.steps; ++step) {
+    if (o.busy_ms > 0) busy_for(std::chrono::milliseconds(o.busy_ms));
     if (o.step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.step_ms));
     if (fault) fault->at_step(step);
     say(me + " step " + std::to_string(step) + " restart " + std::to_string(restart_count));
+    progress.step(step + 1);
   }
 
   const bool failing = (o.fail_rank && trainer && *o.fail_rank == rank) ||

@@ -51,6 +51,7 @@
 #include "worker/ps/parameter_server.h"
 #include "worker/ps/sharding.h"
 #include "worker/runtime/parallel.h"
+#include "worker/runtime/progress.h"
 #include "worker/runtime/torch_error.h"
 
 #ifndef DDL_MNIST_DEFAULT_DATA
@@ -231,6 +232,10 @@ void keep_freed_memory() {
   mallopt(M_TRIM_THRESHOLD, 512 << 20);
 }
 
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
 // How the replicas of a job stay in sync: the course's collective path (DataParallel over the
 // communicator) or parameter servers (worker/ps/). The training loop below is the same for both.
 class Replicas {
@@ -238,8 +243,9 @@ class Replicas {
   virtual ~Replicas() = default;
   // "collective", "ps-sync" or "ps-async".
   virtual std::string mode() const = 0;
-  // Change 4: backward, bring the gradients together, update the parameters.
-  virtual void step(const torch::Tensor& loss) = 0;
+  // Change 4: backward, bring the gradients together, update the parameters. Returns the seconds
+  // spent bringing them together (waiting for the other ranks or the servers).
+  virtual double step(const torch::Tensor& loss) = 0;
   // Test-set accuracy as every rank reports it.
   virtual mnist::Accuracy evaluate(MnistNet& model, const mnist::Dataset& test) = 0;
   // A save point (every rank calls it): the rank(s) that keep the state write it.
@@ -293,12 +299,15 @@ class CollectiveReplicas : public Replicas {
   std::string mode() const override { return "collective"; }
   bool resumed() const { return resumed_; }
 
-  void step(const torch::Tensor& loss) override {
+  double step(const torch::Tensor& loss) override {
     // Change 4: scale the loss, all-reduce the gradients, then step as on one device.
     dp_->scale_loss(loss).backward();
+    const auto reducing = std::chrono::steady_clock::now();
     dp_->apply_collective_grads();
+    const double seconds = seconds_since(reducing);
     optimizer_->step();
     optimizer_->zero_grad();
+    return seconds;
   }
 
   // Each rank scores its own contiguous share of the test set and the counts are summed over the
@@ -440,10 +449,13 @@ class PsReplicas : public Replicas {
   bool resumed() const { return resumed_; }
   std::string mode() const override { return "ps-" + ps::mode_name(mode_); }
 
-  void step(const torch::Tensor& loss) override {
+  double step(const torch::Tensor& loss) override {
     loss.backward();      // the servers average (sync) or apply (async) the raw gradients
+    const auto pushing = std::chrono::steady_clock::now();
     client_->push_pull();
+    const double seconds = seconds_since(pushing);
     model_->zero_grad();
+    return seconds;
   }
 
   // Every trainer scores the whole test set with the parameters it holds (in sync mode these are
@@ -641,6 +653,7 @@ int train(const Options& opt) {
   }
   model->train();
   const FaultInjector faults(vars, env.rank, restart_count);
+  const ProgressReporter progress = ProgressReporter::from_env(vars);
 
   // Change 3: every rank reads a different share of each epoch.
   const DistributedBatchSampler sampler(train_set.size(), opt.batch_size, env.rank, env.world_size,
@@ -660,7 +673,9 @@ int train(const Options& opt) {
     }
     position.epoch = epoch;
     position.batch = next_batch;
+    progress.pause("checkpoint");
     replicas->save(position);
+    progress.checkpoint(position.global_step);
     spdlog::debug("saved at epoch {}, batch {}, step {}", epoch, next_batch, position.global_step);
   };
   auto out_of_steps = [&] { return opt.max_steps > 0 && position.global_step >= opt.max_steps; };
@@ -679,11 +694,13 @@ int train(const Options& opt) {
     std::int64_t epoch_steps = 0;
     std::int64_t batch_id = first_batch;
     for (; batch_id < static_cast<std::int64_t>(batches.size()) && !out_of_steps(); ++batch_id) {
+      const auto step_started = std::chrono::steady_clock::now();
       const torch::Tensor index = batches[batch_id].to(device);
       const torch::Tensor images = train_set.batch(index);
       const torch::Tensor labels = train_set.labels.index_select(0, index);
+      const double data_seconds = seconds_since(step_started);
       const torch::Tensor loss = mnist::cross_entropy(model->forward(images), labels);
-      replicas->step(loss);
+      const double reduce_seconds = replicas->step(loss);
       ++steps;
       ++position.global_step;
       last_loss = loss.detach();
@@ -691,6 +708,13 @@ int train(const Options& opt) {
       ++epoch_steps;
       // Testing aid (DDL_FAULT): fail here, after the step's collectives, as a crash would.
       faults.at_step(position.global_step);
+      // To the launcher (worker/runtime/progress.h): the step and where its time went. On a GPU
+      // the parts are the host's (kernels run behind it); the step's length is still its pace.
+      const double step_seconds = seconds_since(step_started);
+      progress.step(position.global_step,
+                    {{"data", data_seconds},
+                     {"compute", step_seconds - data_seconds - reduce_seconds},
+                     {through_servers ? "comm" : "allreduce", reduce_seconds}});
 
       if (batch_id % opt.log_interval == 0 || !first_loss) {
         const float value = last_loss.item<float>();
@@ -720,6 +744,7 @@ int train(const Options& opt) {
                  ", images/s: " + rate_text);
     }
 
+    progress.pause("evaluation");
     accuracy = replicas->evaluate(model, test_set);
     evaluated_last = true;
     print_line("epoch: " + std::to_string(epoch) +

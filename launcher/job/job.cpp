@@ -413,8 +413,10 @@ SupervisorOptions supervisor_options(const LaunchOptions& options, const NodeTop
   sup.append_logs = !options.log_overwrite;
   sup.quiet = options.quiet;
   sup.kill_timeout = options.kill_timeout;
-  sup.restart_policy = RestartPolicy(options.max_restarts);
+  sup.restart_policy = RestartPolicy(options.max_restarts, options.no_progress_restarts);
   sup.hang_timeout = options.hang_timeout;
+  sup.pace = options.pace;
+  if (topology.multi_node()) sup.node_label = "on node " + std::to_string(topology.node_rank);
   sup.server_grace = options.server_grace;
   sup.first_generation = first_generation;
   sup.indices_may_change = topology.elastic();

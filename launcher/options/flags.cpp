@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "env/text.h"
+#include "launcher/options/values.h"
 #include "logging/log.h"
 
 namespace ddl::launcher {
@@ -673,6 +674,24 @@ std::vector<FlagSpec> failures() {
               [](const LaunchOptions& o) { return std::optional(std::to_string(o.max_restarts)); })
           .done());
   t.push_back(
+      Flag("no_progress_restarts")
+          .value("N")
+          .integer(0, kMaxRestartsLimit)
+          .group(FlagGroup::kFailures)
+          .default_is("0, off")
+          .help("stop restarting (exit code 93) once N failed generations in a row reported no "
+                "checkpoint (or step) past the last one")
+          .doc("stop restarting once N failed generations in a row made no progress: no "
+               "checkpoint past the last one written (or, from workers that report no "
+               "checkpoints, no step past the furthest reached), as the ranks report them on "
+               "`DDL_PROGRESS_FD`; the job then exits 93, which a scheduler script can tell from a "
+               "failure worth requeueing. See "
+               "[Failure semantics](failures.md#no-progress-exit-code-93).")
+          .config([](const LaunchOptions& o) {
+            return std::optional(std::to_string(o.no_progress_restarts));
+          })
+          .done());
+  t.push_back(
       Flag("hang_timeout")
           .value("S")
           .seconds(true)
@@ -681,6 +700,54 @@ std::vector<FlagSpec> failures() {
           .help("fail the job when no rank has printed anything for S seconds; exit code 124")
           .config([](const LaunchOptions& o) -> std::optional<std::string> {
             return o.hang_timeout.count() == 0 ? "None" : env::seconds_text(o.hang_timeout);
+          })
+          .done());
+  t.push_back(
+      Flag("straggler")
+          .value("MODE")
+          .choice({"off", "warn"}, "expected off or warn")
+          .group(FlagGroup::kFailures)
+          .default_is("warn")
+          .help("warn: name a rank whose own step time (reported on DDL_PROGRESS_FD) is "
+                "--straggler_ratio times the other ranks' median; off: do not")
+          .doc("`warn`: name a rank whose own time per step (from the steps workers report on "
+               "`DDL_PROGRESS_FD`) stays `--straggler_ratio` times the other ranks' median, in "
+               "the console, the log and the run report; `off`: do not. See "
+               "[Failure semantics](failures.md#stragglers-and-the-step-timeout).")
+          .config([](const LaunchOptions& o) {
+            return std::optional(std::string(o.pace.stragglers ? "warn" : "off"));
+          })
+          .done());
+  t.push_back(
+      Flag("straggler_ratio")
+          .value("R")
+          .group(FlagGroup::kFailures)
+          .default_is("1.5")
+          .help("how many times the other ranks' median step time makes a rank a straggler (> 1)")
+          .config([](const LaunchOptions& o) {
+            return std::optional(number_text(o.pace.straggler_ratio));
+          })
+          .done());
+  t.push_back(
+      Flag("step_timeout_factor")
+          .value("K")
+          .group(FlagGroup::kFailures)
+          .default_is("5")
+          .help("fail the job (exit code 124) when a rank that reports its steps finishes none for "
+                "K times the job's median step time (0: off)")
+          .config([](const LaunchOptions& o) {
+            return std::optional(number_text(o.pace.step_timeout_factor));
+          })
+          .done());
+  t.push_back(
+      Flag("step_timeout_floor")
+          .value("S")
+          .seconds(true)
+          .group(FlagGroup::kFailures)
+          .default_is("10")
+          .help("the step timeout is never shorter than S seconds")
+          .config([](const LaunchOptions& o) {
+            return std::optional(env::seconds_text(o.pace.step_timeout_floor));
           })
           .done());
   t.push_back(

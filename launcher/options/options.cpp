@@ -862,6 +862,16 @@ void parse_levels_and_timeouts(const GivenFlags& r, LaunchOptions& o) {
   o.server_grace = r.seconds("server_grace");
   if (const auto restarts = r.integer("max_restarts")) o.max_restarts = *restarts;
   if (const auto hang = r.seconds("hang_timeout")) o.hang_timeout = *hang;
+  if (const auto mode = r.choice("straggler")) o.pace.stragglers = *mode == "warn";
+  if (r.has("straggler_ratio")) {
+    o.pace.straggler_ratio = parse_number("straggler_ratio", r.value("straggler_ratio"), 1.0, false);
+  }
+  if (r.has("step_timeout_factor")) {
+    o.pace.step_timeout_factor =
+        parse_number("step_timeout_factor", r.value("step_timeout_factor"), 0.0, true);
+  }
+  if (const auto floor = r.seconds("step_timeout_floor")) o.pace.step_timeout_floor = *floor;
+  if (const auto n = r.integer("no_progress_restarts")) o.no_progress_restarts = *n;
 }
 
 }  // namespace

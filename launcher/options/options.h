@@ -19,6 +19,7 @@
 
 #include "env/contract.h"
 #include "launcher/cluster/job_config.h"
+#include "launcher/health/pace_options.h"
 #include "launcher/options/nodes.h"
 #include "launcher/options/rank_mapping.h"
 
@@ -135,6 +136,11 @@ struct LaunchOptions : JobConfig {
   spdlog::level::level_enum log_level = spdlog::level::info;
   std::chrono::milliseconds kill_timeout = kDefaultKillTimeout;  // --kill_timeout (seconds)
   std::chrono::milliseconds hang_timeout{0};  // --hang_timeout (seconds); 0: no hang guard
+  // --straggler, --straggler_ratio, --step_timeout_factor, --step_timeout_floor.
+  PaceOptions pace;
+  // --no_progress_restarts: stop (exit 93) after this many failed generations in a row without
+  // progress; 0: never.
+  int no_progress_restarts = 0;
   // A parameter-server job (Paddle's launch_ps flags, JobConfig's server_num, worker_num,
   // servers, workers): nproc_per_node is then worker_num (or, with explicit lists, the number of
   // --workers entries on this node) and cluster_node_ips is {node_ip} with explicit lists.

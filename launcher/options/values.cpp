@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <set>
 
@@ -63,6 +64,27 @@ std::chrono::milliseconds parse_seconds(const std::string& flag, const std::stri
   auto ms = std::chrono::milliseconds(static_cast<long long>(std::llround(s * 1000.0)));
   if (!allow_zero && ms.count() == 0) ms = std::chrono::milliseconds(1);
   return ms;
+}
+
+double parse_number(const std::string& flag, const std::string& value, double min,
+                    bool allow_min) {
+  const char* begin = value.c_str();
+  char* end = nullptr;
+  const double v = std::strtod(begin, &end);
+  const bool ok = !value.empty() && end == begin + value.size() && std::isfinite(v) &&
+                  value.find_first_of(" \t+eExXnN") == std::string::npos &&
+                  (allow_min ? v >= min : v > min) && v <= 1e6;
+  if (!ok) {
+    bad_value(flag, value,
+              "expected a number " + std::string(allow_min ? ">= " : "> ") + number_text(min));
+  }
+  return v;
+}
+
+std::string number_text(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", v);
+  return text;
 }
 
 std::optional<bool> bool_word(std::string v) {

@@ -40,6 +40,10 @@ int parse_int_flag(const std::string& flag, const std::string& value, int min, i
 // Seconds as typed by a user ("10", "0.5"): >= 0 when allow_zero, else > 0 (at least 1 ms).
 std::chrono::milliseconds parse_seconds(const std::string& flag, const std::string& value,
                                         bool allow_zero);
+// A finite number above `min` (or equal to it when `allow_min`), at most 1e6.
+double parse_number(const std::string& flag, const std::string& value, double min, bool allow_min);
+// "1.5", "5": a number as parse_number() reads it, written back.
+std::string number_text(double v);
 // true/false, 1/0, yes/no, on/off (any case); nullopt for any other word.
 std::optional<bool> bool_word(std::string value);
 // bool_word(), or an error.

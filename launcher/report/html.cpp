@@ -871,6 +871,14 @@ std::string render_report_html(const json& report) {
   }
   html += "</section>\n";
 
+  const json& stragglers = array(report, "stragglers");
+  if (!stragglers.empty()) {
+    html += "<section><h2>Stragglers</h2>\n<ul>\n";
+    for (const json& e : stragglers) {
+      html += "<li>" + time_cell(e, "at_ms") + " " + esc(text(e, "line")) + "</li>\n";
+    }
+    html += "</ul>\n</section>\n";
+  }
   html += "<section><h2>Timeline</h2>\n" + timeline(report) + generations_table(report) +
           "</section>\n";
   html +=

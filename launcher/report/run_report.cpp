@@ -91,6 +91,14 @@ struct Run {
   std::optional<WallClock::time_point> end;
   std::optional<int> wait_status;  // none while it runs
   ProcessUsage usage;
+  std::optional<RunPace> pace;
+};
+
+struct StragglerEvent {
+  WallClock::time_point at;
+  std::string process;
+  bool named = true;
+  std::string line;
 };
 
 struct Process {
@@ -227,6 +235,8 @@ struct RunReport::State {
   std::optional<WallClock::time_point> job_end;
   std::optional<int> exit_code;
   std::optional<std::string> summary;
+  std::vector<StragglerEvent> stragglers;
+  long long stragglers_dropped = 0;
 
   Process& process(const std::string& name) {
     auto found = by_name.find(name);
@@ -364,6 +374,25 @@ void RunReport::process_exited(const std::string& name, int generation, int wait
   run->usage = usage;
 }
 
+void RunReport::process_pace(const std::string& name, int generation, const RunPace& pace) {
+  Process& p = state_->process(name);
+  for (auto it = p.runs.rbegin(); it != p.runs.rend(); ++it) {
+    if (it->generation == generation) {
+      it->pace = pace;
+      return;
+    }
+  }
+}
+
+void RunReport::straggler(WallClock::time_point at, const std::string& name, bool named,
+                          const std::string& line) {
+  if (state_->stragglers.size() >= kMaxStragglerEvents) {
+    ++state_->stragglers_dropped;
+    return;
+  }
+  state_->stragglers.push_back(StragglerEvent{at, name, named, line});
+}
+
 void RunReport::job_ended(WallClock::time_point at, int exit_code, const std::string& summary) {
   state_->job_end = at;
   state_->exit_code = exit_code;
@@ -430,6 +459,18 @@ json RunReport::to_json() const {
       rj["exit"] = r.wait_status ? exit_json(*r.wait_status) : json();
       rj["cpu_seconds"] = r.wait_status ? json(r.usage.cpu_seconds) : json();
       rj["peak_rss_kib"] = r.wait_status ? json(r.usage.peak_rss_kib) : json();
+      if (r.pace) {
+        const RunPace& pace = *r.pace;
+        auto opt = [](const auto& v) { return v ? json(*v) : json(); };
+        rj["pace"] = {{"steps", pace.steps},
+                      {"last_step", opt(pace.last_step)},
+                      {"last_checkpoint", opt(pace.last_checkpoint)},
+                      {"step_s", opt(pace.step_seconds)},
+                      {"own_s", opt(pace.own_seconds)},
+                      {"straggler", pace.straggler}};
+      } else {
+        rj["pace"] = json();
+      }
       runs.push_back(rj);
     }
     j["generations"] = gens;
@@ -475,6 +516,17 @@ json RunReport::to_json() const {
     processes.push_back(j);
   }
   report["processes"] = processes;
+  json stragglers = json::array();
+  for (const StragglerEvent& e : s.stragglers) {
+    json j;
+    j["process"] = e.process;
+    put_time(j, "at", e.at);
+    j["named"] = e.named;
+    j["line"] = e.line;
+    stragglers.push_back(j);
+  }
+  report["stragglers"] = stragglers;
+  report["stragglers_dropped"] = s.stragglers_dropped;
   return report;
 }
 

@@ -28,6 +28,8 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -60,6 +62,20 @@ struct ProcessUsage {
   double cpu_seconds = 0;  // user + system time
   long peak_rss_kib = 0;   // ru_maxrss
 };
+
+// What the launcher learnt of a process's pace in one run from its progress messages
+// (launcher/health/pace.h).
+struct RunPace {
+  std::int64_t steps = 0;
+  std::optional<std::int64_t> last_step;
+  std::optional<std::int64_t> last_checkpoint;
+  std::optional<double> step_seconds;  // median of its last steps
+  std::optional<double> own_seconds;   // ... without the time spent waiting for the other ranks
+  bool straggler = false;              // named a straggler when it ended
+};
+
+// Straggler lines kept (later ones are counted).
+inline constexpr std::size_t kMaxStragglerEvents = 256;
 
 class RunReport {
  public:
@@ -98,6 +114,13 @@ class RunReport {
   void process_exited(const std::string& name, int generation, int wait_status,
                       const ProcessUsage& usage, WallClock::time_point at);
 
+  // Process `name`'s pace in its run of `generation`, told when that run ends.
+  void process_pace(const std::string& name, int generation, const RunPace& pace);
+
+  // A straggler was named (`named`) or recovered at `at`; `line` is what the launcher logged.
+  void straggler(WallClock::time_point at, const std::string& name, bool named,
+                 const std::string& line);
+
   // The job is over on this node: `launch` exits with `exit_code`; `summary` is its last word
   // ("job succeeded", "rank 1 exited with code 3 ...").
   void job_ended(WallClock::time_point at, int exit_code, const std::string& summary);
@@ -118,7 +141,10 @@ class RunReport {
   //                                accuracy as a ratio, correct, total),
   //                                loss (seen, stride, points[] as [generation, epoch, batch,
   //                                loss]), runs[] (generation, pid, start, end, duration_s, exit,
-  //                                cpu_seconds, peak_rss_kib)
+  //                                cpu_seconds, peak_rss_kib, pace: null, or steps, last_step,
+  //                                last_checkpoint, step_s, own_s, straggler)
+  //   stragglers[]                 process, at, named (false: recovered), line; at most
+  //                                kMaxStragglerEvents, then stragglers_dropped counts
   // Times appear twice: "start" as ISO 8601 UTC text with milliseconds and "start_ms" as
   // milliseconds since the Unix epoch. Anything not known (yet) is null: the exit and usage of
   // a process still running, the end of a job still running. Strings are as they were given

@@ -170,4 +170,33 @@ std::optional<Failure> earlier_cause(const WorkerGroup& group, const Failure& fa
   return renamed;
 }
 
+EndLine job_end_line(const WorkerGroup& group, const Outcome& outcome, Generation generation,
+                     int exit_code) {
+  const std::string after = after_restarts(generation);
+  const auto& failure = outcome.failure();
+  const auto& stop = outcome.stopped();
+  const std::string code = "launcher exit code " + std::to_string(exit_code);
+  if (outcome.failed(Failure::Kind::kWorker)) {
+    const Process& p = *group.processes()[*failure->process];
+    // launch's own code 2 means a bad command line: say when a worker's 2 is passed on.
+    const std::string passed_on =
+        exit_code == kExitUsage ? " (" + p.name + "'s own exit code, passed on)" : std::string();
+    return {false, "job failed" + after + ": " + p.name + " (pid " + std::to_string(p.pid) + ") " +
+                       ended(p) + "; " + code + passed_on + failure_details(group, failure)};
+  }
+  if (outcome.failed(Failure::Kind::kHang)) {
+    return {false, "job failed" + after + ": " + failure->what + "; " + code +
+                       failure_details(group, failure)};
+  }
+  if (outcome.from_peer()) return {false, "job failed" + after + ": " + failure->what + "; " + code};
+  if (outcome.stopped(Stop::Kind::kInterrupted)) {
+    return {true, "stopped by " + signal_name(stop->signal) + ": all " +
+                      std::to_string(group.size()) + " worker(s) ended; exit code " +
+                      std::to_string(exit_code)};
+  }
+  if (outcome.stopped(Stop::Kind::kSpawnFailed)) return {false, "job failed: " + stop->what};
+  if (stop) return {false, "job failed: " + stop->what + "; " + code};
+  return {};
+}
+
 }  // namespace ddl::launcher

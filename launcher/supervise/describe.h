@@ -69,4 +69,14 @@ Failure worker_failure(const WorkerGroup& group, std::size_t i);
 std::optional<Failure> earlier_cause(const WorkerGroup& group, const Failure& failure,
                                      std::string& note);
 
+// The line that ends a job that did not succeed on this node: "job failed: rank 1 (pid 42) exited
+// with code 3; launcher exit code 3 ...", "stopped by SIGINT: ..." (a warning); empty text when the
+// job succeeded.
+struct EndLine {
+  bool warning = false;
+  std::string text;
+};
+EndLine job_end_line(const WorkerGroup& group, const Outcome& outcome, Generation generation,
+                     int exit_code);
+
 }  // namespace ddl::launcher

@@ -54,7 +54,12 @@ void GroupStop::finish() {
 }
 
 void GroupStop::signal_all(int signo) {
-  for (const Group& g : groups_) ::kill(-g.pgid, signo);
+  for (const Group& g : groups_) {
+    ::kill(-g.pgid, signo);
+    // A stopped process (SIGSTOP, the terminal's ^Z) would keep the signal pending until the
+    // SIGKILL: wake it so that it hears it now.
+    if (signo != SIGKILL && signo != SIGCONT) ::kill(-g.pgid, SIGCONT);
+  }
 }
 
 }  // namespace ddl::launcher

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "launcher/cluster/generation.h"
+#include "launcher/health/pace.h"
 #include "launcher/supervise/outcome.h"
 #include "launcher/supervise/worker.h"
 #include "launcher/supervise/worker_group.h"
@@ -29,6 +30,11 @@ class SupervisorObserver {
   virtual void process_started(Generation /*g*/, const Process& /*p*/) {}
   // One whole output line of process `name` ("rank 3"), without its newline.
   virtual void process_line(const std::string& /*name*/, const std::string& /*line*/) {}
+  // A straggler was named, or recovered (pace.h; the line is already logged).
+  virtual void straggler(Generation /*g*/, const PaceTracker::Verdict& /*verdict*/) {}
+  // Process `p` of generation `g` is reaped (process_exited follows): its pace in `g`.
+  virtual void pace(Generation /*g*/, const Process& /*p*/,
+                    const PaceTracker::Summary& /*pace*/) {}
   // Process `p` of generation `g` was reaped: its status and usage are set.
   virtual void process_exited(Generation /*g*/, const Process& /*p*/) {}
   // Generation `g` has just failed here (`failure`: a process, the hang guard, another node),

@@ -33,6 +33,22 @@ void ReportObserver::process_line(const std::string& name, const std::string& li
   report_.process_line(name, line);
 }
 
+void ReportObserver::straggler(Generation, const PaceTracker::Verdict& verdict) {
+  report_.straggler(WallClock::now(), verdict.name, verdict.straggler, verdict.message);
+}
+
+void ReportObserver::pace(Generation g, const Process& p, const PaceTracker::Summary& pace) {
+  if (pace.steps == 0 && !pace.last_checkpoint) return;  // it reported nothing
+  RunPace run;
+  run.steps = pace.steps;
+  run.last_step = pace.last_step;
+  run.last_checkpoint = pace.last_checkpoint;
+  run.step_seconds = pace.step_seconds;
+  run.own_seconds = pace.own_seconds;
+  run.straggler = pace.straggler;
+  report_.process_pace(p.name, g.index(), run);
+}
+
 void ReportObserver::process_exited(Generation g, const Process& p) {
   ProcessUsage usage;
   usage.cpu_seconds =

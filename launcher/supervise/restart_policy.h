@@ -27,21 +27,31 @@ struct RestartDecision {
   bool restart() const { return action == Action::kRestart; }
 };
 
+// How many failed generations in a row made no progress (launcher/health/ledger.h), and why.
+struct Stall {
+  int generations = 0;
+  std::string why;
+};
+
 // Restarts after a failed generation (a Failure without a Stop) while fewer than max_restarts
-// restarts have happened; never after a stop. The exit code when stopping is
+// restarts have happened; never after a stop; and, with no_progress_restarts > 0, not once that
+// many failed generations in a row made no progress: the job then ends with kExitNoProgress. The exit code when stopping is
 // Outcome::exit_code(): the generation's failure code, else the stop's (128+signal after an
 // interrupt, kExitError after a spawn failure, the external stop's code), else 0.
 class RestartPolicy {
  public:
-  // Throws std::invalid_argument for a negative max_restarts.
-  explicit RestartPolicy(int max_restarts = 0);
+  // Throws std::invalid_argument for a negative max_restarts or no_progress_restarts.
+  explicit RestartPolicy(int max_restarts = 0, int no_progress_restarts = 0);
 
-  // `generation` is the generation that ended (or is ending) as `outcome` says.
-  RestartDecision decide(Generation generation, const Outcome& outcome) const;
+  // `generation` is the generation that ended (or is ending) as `outcome` says; `stall` counts
+  // the generations up to it that made no progress.
+  RestartDecision decide(Generation generation, const Outcome& outcome,
+                         const Stall& stall = {}) const;
   int max_restarts() const { return max_restarts_; }
 
  private:
   int max_restarts_;
+  int no_progress_restarts_;
 };
 
 }  // namespace ddl::launcher

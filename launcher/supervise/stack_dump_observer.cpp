@@ -21,7 +21,9 @@ StackDumpObserver::StackDumpObserver(std::optional<std::string> dir,
 
 void StackDumpObserver::generation_failed(Generation g, const Failure& failure,
                                           const WorkerGroup& group) {
-  if (failure.kind == Failure::Kind::kHang) {
+  if (failure.kind == Failure::Kind::kHang && failure.what.rfind("step timeout", 0) == 0) {
+    dump(g, group, failure.what.substr(0, failure.what.find(" (")));
+  } else if (failure.kind == Failure::Kind::kHang) {
     dump(g, group, "hang guard: no output for " + env::seconds_text(hang_timeout_) + " s");
   } else if (failure.kind == Failure::Kind::kWorker && failure.exit_code == kExitDeadline) {
     // A rank that gave up at a deadline waited for a peer: the stuck one is still running.

@@ -22,6 +22,7 @@
 #include "launcher/supervise/exit_status.h"
 #include "launcher/supervise/hang_guard.h"
 #include "launcher/supervise/observers.h"
+#include "launcher/supervise/pace_guard.h"
 #include "launcher/supervise/report_observer.h"
 #include "launcher/supervise/roles.h"
 #include "launcher/supervise/stack_dump_observer.h"
@@ -48,9 +49,11 @@ class Supervisor {
                  [this](const std::string& name, const std::string& line) {
                    for (auto& o : observers_) o->process_line(name, line);
                  }),
-        group_(
-            io_, options.kill_timeout,
-            WorkerGroup::Events{[this](Process& p) { on_exited(p); }, [this] { maybe_finish(); }}),
+        pace_guard_(io_, options.pace, options.node_label),
+        group_(io_, options.kill_timeout,
+               WorkerGroup::Events{
+                   [this](Process& p) { on_exited(p); }, [this] { maybe_finish(); },
+                   [this](Process& p, const std::string& line) { pace_guard_.on_line(p.slot, line); }}),
         hang_guard_(io_, options.hang_timeout, group_),
         servers_(options.server_grace, options.kill_timeout),
         generation_(options.first_generation) {
@@ -110,6 +113,7 @@ class Supervisor {
       spdlog::info("{}",
                    starting_line(generation_, options_.restart_policy.max_restarts(), workers));
     }
+    arm_pace_guard();
     for (std::size_t i = 0; i < workers.size() && !group_.stopping(); ++i) start(i, workers[i]);
     reap();  // a process may already be gone
     if (!group_.stopping()) arm_hang_guard();
@@ -129,10 +133,13 @@ class Supervisor {
       begin_stop(SIGTERM);
       return;
     }
+    pace_guard_.started(i);
     for (auto& o : observers_) o->process_started(generation_, p);
   }
 
-  RestartDecision decide() const { return options_.restart_policy.decide(generation_, outcome_); }
+  RestartDecision decide() const {
+    return options_.restart_policy.decide(generation_, outcome_, pace_guard_.stall());
+  }
 
   // Tells options_.on_failure, once, that this node's job ends failed.
   void notify_failure(const FailureNotice& notice) {
@@ -240,6 +247,7 @@ class Supervisor {
 
   void begin_stop(int signo) {
     hang_guard_.cancel();
+    pace_guard_.cancel();
     grace_timer_.cancel();
     group_.stop(signo);
   }
@@ -251,6 +259,7 @@ class Supervisor {
     if (verdict.action == ServersVerdict::Action::kWait) return;
     outcome_.enter(Stage::kServerGrace);
     hang_guard_.cancel();  // the grace bounds the wait from here on
+    pace_guard_.cancel();
     if (verdict.action == ServersVerdict::Action::kStopNow) {
       stop_servers(verdict);
       return;
@@ -278,6 +287,8 @@ class Supervisor {
 
   // A process of this generation was reaped (WorkerGroup::Events::exited).
   void on_exited(Process& p) {
+    pace_guard_.exited(p.slot);
+    for (auto& o : observers_) o->pace(generation_, p, pace_guard_.summary(p.slot));
     for (auto& o : observers_) o->process_exited(generation_, p);
     const bool failed = !(WIFEXITED(p.status) && WEXITSTATUS(p.status) == 0);
     if (!failed || group_.stopping() || !outcome_.ok()) return;
@@ -292,15 +303,22 @@ class Supervisor {
     begin_stop(SIGTERM);
   }
 
-  // The hang guard of the current generation: off while its servers have their grace.
+  // The hang and pace guards of the current generation: off while its servers have their grace.
+  std::function<bool()> watching() {
+    return [this, generation = generation_] {
+      return generation == generation_ && !group_.stopping() &&
+             outcome_.stage() == Stage::kRunning;
+    };
+  }
   void arm_hang_guard() {
-    const Generation generation = generation_;
-    hang_guard_.arm(
-        [this, generation] {
-          return generation == generation_ && !group_.stopping() &&
-                 outcome_.stage() == Stage::kRunning;
-        },
-        [this](const std::string& message) { on_hang(message); });
+    hang_guard_.arm(watching(), [this](const std::string& message) { on_hang(message); });
+  }
+  void arm_pace_guard() {
+    pace_guard_.begin_generation(
+        group_, watching(), [this](const std::string& message) { on_hang(message); },
+        [this, generation = generation_](const PaceTracker::Verdict& v) {
+          for (auto& o : observers_) o->straggler(generation, v);
+        });
   }
 
   void on_hang(const std::string& message) {
@@ -319,6 +337,7 @@ class Supervisor {
     if (stage == Stage::kRunning || stage == Stage::kServerGrace) {
       outcome_.enter(Stage::kDraining);
       hang_guard_.cancel();
+      pace_guard_.cancel();
       grace_timer_.cancel();
       group_.finish();
     }
@@ -351,6 +370,7 @@ class Supervisor {
 
   // The generation is over here: record it, then restart or end the job as the policy says.
   void end_generation() {
+    pace_guard_.generation_ended(generation_.index(), !outcome_.ok());
     for (auto& o : observers_) o->generation_ended(generation_, outcome_);
     const RestartDecision d = decide();
     if (d.restart()) {
@@ -433,28 +453,9 @@ class Supervisor {
     out.last = outcome_;
     const std::string after = after_restarts(generation_);
     const auto& failure = outcome_.failure();
-    const auto& stop = outcome_.stopped();
-    if (outcome_.failed(Failure::Kind::kWorker)) {
-      const Process& p = *group_.processes()[*failure->process];
-      // launch's own code 2 means a bad command line: say when a worker's 2 is passed on.
-      const std::string passed_on = out.exit_code == kExitUsage
-                                        ? " (" + p.name + "'s own exit code, passed on)"
-                                        : std::string();
-      spdlog::error("job failed{}: {} (pid {}) {}; launcher exit code {}{}{}", after, p.name, p.pid,
-                    ended(p), out.exit_code, passed_on,
-                    failure_details(group_, outcome_.failure()));
-    } else if (outcome_.failed(Failure::Kind::kHang)) {
-      spdlog::error("job failed{}: {}; launcher exit code {}{}", after, failure->what,
-                    out.exit_code, failure_details(group_, outcome_.failure()));
-    } else if (outcome_.from_peer()) {
-      spdlog::error("job failed{}: {}; launcher exit code {}", after, failure->what, out.exit_code);
-    } else if (outcome_.stopped(Stop::Kind::kInterrupted)) {
-      spdlog::warn("stopped by {}: all {} worker(s) ended; exit code {}", signal_name(stop->signal),
-                   group_.size(), out.exit_code);
-    } else if (outcome_.stopped(Stop::Kind::kSpawnFailed)) {
-      spdlog::error("job failed: {}", stop->what);
-    } else if (stop) {
-      spdlog::error("job failed: {}; launcher exit code {}", stop->what, out.exit_code);
+    if (const EndLine end = job_end_line(group_, outcome_, generation_, out.exit_code);
+        !end.text.empty()) {
+      spdlog::log(end.warning ? spdlog::level::warn : spdlog::level::err, "{}", end.text);
     }
     if (out.exit_code != 0) {
       FailureNotice notice{failure ? failure->rank : std::nullopt, out.exit_code, outcome_.what()};
@@ -475,6 +476,7 @@ class Supervisor {
   asio::steady_timer grace_timer_;                              // servers after the trainers
   std::vector<std::unique_ptr<SupervisorObserver>> observers_;  // fed by outputs_ too
   JobOutputs outputs_;
+  PaceGuard pace_guard_;  // before group_, whose handlers feed it
   WorkerGroup group_;
   HangGuard hang_guard_;
   ServersAfterTrainers servers_;

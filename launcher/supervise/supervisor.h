@@ -13,7 +13,8 @@
 //   generation, launcher/cluster/generation.h): every process is stopped (launcher/supervise/
 //   group_stop.h: SIGTERM to every group, SIGKILL after kill_timeout);
 // - the hang guard (hang_timeout > 0) fails the generation the same way when no running process
-//   has written anything for hang_timeout;
+//   has written anything for hang_timeout; the pace guard (pace_guard.h) when a rank that reports
+//   its steps stops finishing them at the job's pace, and it names stragglers;
 // - after a failed generation the restart policy (launcher/supervise/restart_policy.h) decides:
 //   restart (every process, fresh, the generation factory asked for new workers) or stop with an
 //   exit code; stopping after a failure prints one summary with the failed process's last lines;
@@ -46,6 +47,7 @@
 
 #include "env/contract.h"
 #include "launcher/cluster/generation.h"
+#include "launcher/health/pace.h"
 #include "launcher/supervise/exit_status.h"
 #include "launcher/supervise/outcome.h"
 #include "launcher/supervise/output.h"
@@ -67,6 +69,10 @@ struct SupervisorOptions {
   RestartPolicy restart_policy;  // asked after every failed generation (default: no restarts)
   std::chrono::milliseconds hang_timeout{0};  // no output from any running process this long:
                                               // fail the generation; 0 turns the hang guard off
+  // Stragglers and the step timeout, from the progress messages (launcher/health/pace.h);
+  // `node_label` names this node in straggler lines ("on node 1 (host-b)"), may be empty.
+  PaceOptions pace;
+  std::string node_label;
   // How long servers may keep running after every trainer exited 0 (see the header comment);
   // unset: no time, Paddle's rule.
   std::optional<std::chrono::milliseconds> server_grace;

@@ -53,7 +53,8 @@ void inherit_only_standard_streams(int max_fd) {
 
 // Runs in the forked child before exec: own process group, die with the launcher, output to the
 // pipe, nothing else inherited, signal state as a fresh process expects it.
-void prepare_child(pid_t launcher_pid, int out_fd, const cpu_set_t* cpus, int max_fd) {
+void prepare_child(pid_t launcher_pid, int out_fd, int progress_fd, const cpu_set_t* cpus,
+                   int max_fd) {
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   // The launcher may have died between fork() and prctl(); then nobody would kill us.
@@ -61,6 +62,8 @@ void prepare_child(pid_t launcher_pid, int out_fd, const cpu_set_t* cpus, int ma
   ::dup2(out_fd, STDOUT_FILENO);
   ::dup2(out_fd, STDERR_FILENO);
   inherit_only_standard_streams(max_fd);
+  // ... and the progress pipe, which DDL_PROGRESS_FD names by this number.
+  ::fcntl(progress_fd, F_SETFD, 0);
   // Ignored signals stay ignored across exec; the launcher ignores SIGPIPE for itself only.
   ::signal(SIGPIPE, SIG_DFL);
   sigset_t none;
@@ -86,6 +89,7 @@ void WorkerGroup::add(const Worker& worker, ProcessOutput& output) {
   p->index = worker.index;
   p->name = worker.name();
   p->output = &output;
+  p->slot = processes_.size();
   processes_.push_back(std::move(p));
 }
 
@@ -122,6 +126,7 @@ void WorkerGroup::begin_generation() {
     p->usage = {};
     p->recorded_error.reset();
     p->pipe.reset();
+    p->progress_pipe.reset();
     p->output_open = false;
   }
   drain_timer_.cancel();
@@ -136,8 +141,21 @@ bool WorkerGroup::start(std::size_t i, const Worker& worker, std::string& error)
     error = std::string("pipe2: ") + std::strerror(errno);
     return false;
   }
+  // The progress pipe: its write end non-blocking (the flag belongs to the open pipe, which the
+  // worker shares), so that a worker never waits for the launcher to read.
+  int progress[2];
+  if (::pipe2(progress, O_CLOEXEC) != 0 || ::fcntl(progress[1], F_SETFL, O_NONBLOCK) != 0) {
+    error = std::string("progress pipe: ") + std::strerror(errno);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return false;
+  }
+  const auto close_pipes = [&] {
+    for (const int fd : {fds[0], fds[1], progress[0], progress[1]}) ::close(fd);
+  };
   bp::environment environment;
   for (const auto& [name, value] : worker.env) environment[name] = value;
+  environment[env::kProgressFd] = std::to_string(progress[1]);
   // Built here: the child may not allocate between fork and exec.
   cpu_set_t cpus;
   CPU_ZERO(&cpus);
@@ -151,25 +169,26 @@ bool WorkerGroup::start(std::size_t i, const Worker& worker, std::string& error)
   }
   const pid_t launcher_pid = ::getpid();
   const int out_fd = fds[1];
+  const int progress_fd = progress[1];
   const long open_max = ::sysconf(_SC_OPEN_MAX);
   const int max_fd = open_max > 0 && open_max < (1 << 20) ? static_cast<int>(open_max) : (1 << 20);
   try {
     bp::child child(
         bp::exe = worker.executable, bp::args = worker.args, environment, bp::std_in < bp::null,
         bp::posix::use_vfork,
-        bp::extend::on_exec_setup = [launcher_pid, out_fd, max_fd,
+        bp::extend::on_exec_setup = [launcher_pid, out_fd, progress_fd, max_fd,
                                      bind = bound ? &cpus : nullptr](auto&) {
-          prepare_child(launcher_pid, out_fd, bind, max_fd);
+          prepare_child(launcher_pid, out_fd, progress_fd, bind, max_fd);
         });
     p.pid = child.id();
     child.detach();  // reaped by reap() (SIGCHLD + waitpid)
   } catch (const std::exception& e) {
-    ::close(fds[0]);
-    ::close(fds[1]);
+    close_pipes();
     error = e.what();
     return false;
   }
   ::close(fds[1]);
+  ::close(progress[1]);
   // The child did this itself before exec; repeating it closes no race but costs nothing.
   ::setpgid(p.pid, p.pid);
   watchdog_->guard(p.pid);
@@ -179,8 +198,12 @@ bool WorkerGroup::start(std::size_t i, const Worker& worker, std::string& error)
   p.output_open = true;
   p.last_output = Clock::now();
   p.pipe = std::make_unique<asio::posix::stream_descriptor>(io_, fds[0]);
+  p.progress_pipe = std::make_unique<asio::posix::stream_descriptor>(io_, progress[0]);
+  p.progress_line.clear();
+  p.progress_overlong = false;
   spdlog::debug("started {} as pid {}: {}", p.name, p.pid, worker.executable);
   read_output(p);
+  read_progress(p);
   return true;
 }
 
@@ -262,6 +285,41 @@ void WorkerGroup::on_output(Process& p, const boost::system::error_code& ec, std
   } else if (p.output_open) {  // else the drain closed it and has told Events
     close_output(p);
     if (events_.output_closed) events_.output_closed();
+  }
+}
+
+void WorkerGroup::read_progress(Process& p) {
+  const int epoch = epoch_;
+  p.progress_pipe->async_read_some(
+      asio::buffer(p.progress_buffer),
+      [this, &p, epoch](const boost::system::error_code& ec, std::size_t n) {
+        if (epoch != epoch_ || !p.progress_pipe) return;  // an earlier generation's
+        if (n > 0) on_progress(p, n);
+        if (!ec) {
+          read_progress(p);
+        } else {
+          boost::system::error_code ignored;
+          p.progress_pipe->close(ignored);  // EOF: the process and its children are gone
+        }
+      });
+}
+
+void WorkerGroup::on_progress(Process& p, std::size_t n) {
+  p.last_output = Clock::now();
+  for (std::size_t i = 0; i < n; ++i) {
+    const char c = p.progress_buffer[i];
+    if (c != '\n') {
+      if (p.progress_line.size() < kMaxProgressBytes) {
+        p.progress_line.push_back(c);
+      } else {
+        p.progress_overlong = true;
+      }
+      continue;
+    }
+    if (!p.progress_overlong && events_.progress) events_.progress(p, p.progress_line);
+    if (p.progress_overlong) spdlog::debug("{}: a progress line too long, dropped", p.name);
+    p.progress_line.clear();
+    p.progress_overlong = false;
   }
 }
 

@@ -4,7 +4,8 @@
 // (launcher/supervise/supervisor.h), told through Events.
 //
 // Each process runs in its own process group (its pid is the group id) with stdin on /dev/null,
-// stdout and stderr on one pipe whose bytes go to the worker's ProcessOutput, PR_SET_PDEATHSIG
+// stdout and stderr on one pipe whose bytes go to the worker's ProcessOutput, a second pipe for
+// its progress messages (DDL_PROGRESS_FD, launcher/health/progress.h), PR_SET_PDEATHSIG
 // SIGKILL, and its group guarded by a Watchdog (launcher/supervise/watchdog.h) made on the first
 // generation. Single-threaded: every call and every event on the io_context's thread.
 #pragma once
@@ -35,6 +36,9 @@ namespace ddl::launcher {
 // the process group may hold it) before it is closed with a warning.
 inline constexpr std::chrono::milliseconds kDrainTimeout{1000};
 
+// A progress line longer than this is dropped whole (the protocol's lines are far shorter).
+inline constexpr std::size_t kMaxProgressBytes = 1024;
+
 class WorkerGroup {
  public:
   using Clock = std::chrono::steady_clock;
@@ -44,6 +48,7 @@ class WorkerGroup {
   struct Process {
     env::Role role = env::Role::kTrainer;
     int index = 0;
+    std::size_t slot = 0;             // its place in the group (launch order)
     std::string name;                 // "rank 3", "server 1"
     ProcessOutput* output = nullptr;  // not owned
     pid_t pid = -1;                   // also its process group's id
@@ -54,12 +59,16 @@ class WorkerGroup {
     std::string error_file;                     // TORCHELASTIC_ERROR_FILE; empty when not set
     std::optional<std::string> recorded_error;  // what it wrote there, when it failed
     bool output_open = false;                   // its pipe has not reached EOF yet
-    Clock::time_point last_output;              // its start, then its latest output
+    Clock::time_point last_output;              // its start, then its latest output or message
 
    private:
     friend class WorkerGroup;
     std::unique_ptr<boost::asio::posix::stream_descriptor> pipe;
     std::array<char, 16384> buffer{};
+    std::unique_ptr<boost::asio::posix::stream_descriptor> progress_pipe;
+    std::array<char, 4096> progress_buffer{};
+    std::string progress_line;  // a message not finished yet
+    bool progress_overlong = false;  // the current line is too long: dropped up to its newline
   };
 
   struct Events {
@@ -67,6 +76,8 @@ class WorkerGroup {
     std::function<void(Process&)> exited;
     // A pipe reached EOF, or the drain after finish() closed it.
     std::function<void()> output_closed;
+    // One line of the process's progress pipe, without its newline (may be empty).
+    std::function<void(Process&, const std::string& line)> progress;
   };
 
   WorkerGroup(boost::asio::io_context& io, std::chrono::milliseconds kill_timeout, Events events);
@@ -113,6 +124,8 @@ class WorkerGroup {
   void read_output(Process& p);
   void on_output(Process& p, const boost::system::error_code& ec, std::size_t n);
   void close_output(Process& p);
+  void read_progress(Process& p);
+  void on_progress(Process& p, std::size_t n);
 
   boost::asio::io_context& io_;
   Events events_;

@@ -67,7 +67,7 @@ TEST(Isolation, WorkersInheritOnlyTheirStandardStreams) {
   ASSERT_EQ(run.wait(milliseconds(20'000)), 0) << run.err();
   for (int rank = 0; rank < 2; ++rank) {
     const std::string log = worker_log(logs, rank);
-    EXPECT_TRUE(contains(log, "\nFDS 0 1 2\n")) << log;
+    EXPECT_TRUE(contains(log, "\nFDS 0 1 2 progress\n")) << log;
   }
 }
 
@@ -122,7 +122,7 @@ TEST(Isolation, HelperLeftByAWorkerDoesNotKeepTheControlStoresPort) {
     ASSERT_EQ(code1, 0) << node1.err();
     ASSERT_EQ(reaper.pids.size(), 2u) << read_file(logs0 / "workerlog.0");
     for (pid_t pid : reaper.pids) ASSERT_TRUE(alive(pid)) << "helper " << pid << " is gone";
-    EXPECT_TRUE(contains(read_file(logs0 / "workerlog.0"), "\nFDS 0 1 2\n"))
+    EXPECT_TRUE(contains(read_file(logs0 / "workerlog.0"), "\nFDS 0 1 2 progress\n"))
         << read_file(logs0 / "workerlog.0");
   }
   // The same port again while the helpers live.

@@ -108,8 +108,24 @@ TEST(RestartPolicy, SpawnFailureNeverRestarts) {
   EXPECT_EQ(a.exit_code, 9);
 }
 
+TEST(RestartPolicy, RestartsThatMakeNoProgressStopWithTheirOwnCode) {
+  const RestartPolicy policy(5, 2);
+  const Outcome o = failed(worker_failed(3));
+  EXPECT_TRUE(policy.decide(Generation(1), o, Stall{1, "generation 1 failed ..."}).restart());
+  const RestartDecision d = policy.decide(Generation(2), o, Stall{2, "generations 1 and 2 failed"});
+  EXPECT_FALSE(d.restart());
+  EXPECT_EQ(d.exit_code, kExitNoProgress);
+  EXPECT_EQ(d.vetoed_by,
+            "no progress: generations 1 and 2 failed (--no_progress_restarts=2); exit code 93");
+  // Off (0): only --max_restarts counts.
+  EXPECT_TRUE(RestartPolicy(5).decide(Generation(2), o, Stall{4, "..."}).restart());
+  // Restarts used up: the failure's own code, as always.
+  EXPECT_EQ(RestartPolicy(2, 2).decide(Generation(2), o, Stall{2, "..."}).exit_code, 3);
+}
+
 TEST(RestartPolicy, NegativeMaxRestartsIsRefused) {
   EXPECT_THROW(RestartPolicy(-1), std::invalid_argument);
+  EXPECT_THROW(RestartPolicy(1, -1), std::invalid_argument);
   EXPECT_EQ(RestartPolicy().max_restarts(), 0);
 }
 

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <deque>
@@ -46,7 +47,10 @@ class Fixture {
       : console_(-1),
         group_(io_, kill_timeout,
                WorkerGroup::Events{[this](Process& p) { exited.push_back(p.name); },
-                                   [this] { ++closed; }}) {
+                                   [this] { ++closed; },
+                                   [this](Process& p, const std::string& line) {
+                                     progress.push_back(p.name + ": " + line);
+                                   }}) {
     for (const Worker& w : workers) {
       outputs_.push_back(std::make_unique<ProcessOutput>(w.name(), "", false, "", console_));
       group_.add(w, *outputs_.back());
@@ -71,6 +75,7 @@ class Fixture {
 
   std::vector<std::string> exited;
   int closed = 0;
+  std::vector<std::string> progress;  // "rank 0: step 1"
 
  private:
   boost::asio::io_context io_;
@@ -110,6 +115,33 @@ TEST(WorkerGroup, RunsEachWorkerInItsOwnGroupWithItsOutputOnThePipe) {
   EXPECT_EQ(f.output(0).tail(), (std::deque<std::string>{"own group", "to stderr"}));
   EXPECT_EQ(f.output(1).tail(), (std::deque<std::string>{"one"}));
   EXPECT_EQ(f.closed, 2);
+}
+
+// DDL_PROGRESS_FD names a pipe of each process's own: whole lines arrive as they were written, a
+// line cut over two writes included; one too long is dropped whole; the write end never blocks.
+TEST(WorkerGroup, EachProcessHasAProgressPipeOfItsOwn) {
+  // bash: dash cannot redirect to a descriptor above 9.
+  std::vector<Worker> workers = {
+      shell(0,
+            "fd=$DDL_PROGRESS_FD; echo 'step 1' >&$fd; printf 'step ' >&$fd; sleep 0.1; "
+            "echo '2 compute=0.5' >&$fd; head -c 3000 /dev/zero | tr '\\0' x >&$fd; "
+            "echo >&$fd; echo 'pause eval' >&$fd; "
+            "grep -q '^flags:.*4...$' /proc/$$/fdinfo/$fd && echo non-blocking"),
+      shell(1, "echo 'checkpoint 7' >&$DDL_PROGRESS_FD")};
+  for (Worker& w : workers) w.executable = "/bin/bash";
+  Fixture f(workers);
+  start_all(f, workers);
+  ASSERT_TRUE(f.run_until([&] { return f.group().running() == 0 && f.group().output_closed(); }));
+  f.run_until([&] { return f.progress.size() >= 4; }, milliseconds(2000));
+  std::vector<std::string> rank0;
+  for (const std::string& line : f.progress) {
+    if (line.rfind("rank 0: ", 0) == 0) rank0.push_back(line);
+  }
+  EXPECT_EQ(rank0, (std::vector<std::string>{"rank 0: step 1", "rank 0: step 2 compute=0.5",
+                                             "rank 0: pause eval"}));
+  EXPECT_NE(std::find(f.progress.begin(), f.progress.end(), "rank 1: checkpoint 7"),
+            f.progress.end());
+  EXPECT_EQ(f.output(0).tail(), (std::deque<std::string>{"non-blocking"}));
 }
 
 TEST(WorkerGroup, AProgramThatCannotBeSpawnedIsAnErrorNotAProcess) {

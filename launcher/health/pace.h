@@ -1,0 +1,115 @@
+// The pace of a job's ranks, from their progress messages (progress.h): which rank is a straggler,
+// and which has stopped finishing steps at the job's own pace. Pure: the clock is passed in, no
+// I/O; the supervisor (launcher/supervise/pace_guard.h) feeds it and acts on what it says.
+//
+// Per process it keeps the last kPaceWindow step intervals and own times (interval minus the
+// sections spent waiting for other ranks), skipping the first kPaceWarmup steps (start-up) and
+// the step after a "pause" (an evaluation or checkpoint is not a step).
+//
+// Stragglers: at each step of rank r, once r and at least one other rank have a full window,
+// r's own time x (its window's median) is compared with the median m of the other ranks' own
+// times and their spread (MAD, the median absolute deviation). r is slow when
+//   x >= ratio * m  and  x - m > max(3 * 1.4826 * MAD, kStragglerMinGap);
+// slow at kPaceSustain steps in a row, it is named once (with its own earlier pace, the median of
+// its first full window); back under kRecoveredRatio * m for kPaceSustain steps, it is said to
+// have recovered and may be named again.
+//
+// Step timeout: once some rank has a full window, the job's pace p is the median of the ranks'
+// interval medians; a running rank that has reported a step and is not paused is late when its
+// last step is more than max(floor, factor * p) ago.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launcher/health/pace_options.h"
+#include "launcher/health/progress.h"
+
+namespace ddl::launcher {
+
+inline constexpr std::size_t kPaceWindow = 5;   // steps per rank in its median
+inline constexpr int kPaceSustain = 3;          // verdicts in a row before naming (or clearing)
+inline constexpr int kPaceWarmup = 2;           // first steps of a start not counted
+inline constexpr double kRecoveredRatio = 1.2;  // back under this: recovered
+inline constexpr double kStragglerMinGap = 0.005;  // seconds: smaller gaps are noise
+
+class PaceTracker {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // `names`: the processes' names in launch order ("rank 3"); `where`: appended to a straggler's
+  // name in messages ("on node 1 (host-b)"), may be empty.
+  PaceTracker(PaceOptions options, std::vector<std::string> names, std::string where = "");
+
+  const PaceOptions& options() const { return options_; }
+
+  // A new generation: every process's pace is forgotten (its names may have changed).
+  void begin_generation(std::vector<std::string> names);
+  // Process `i` started at `now` / exited (no longer watched).
+  void started(std::size_t i, Clock::time_point now);
+  void exited(std::size_t i);
+
+  // A message of process `i` arrived at `now`. Returns a line to log when this makes it a named
+  // straggler or ends that ("straggler: ..." / "... is back at the other ranks' pace").
+  struct Verdict {
+    bool straggler = true;  // false: recovered
+    std::size_t process = 0;
+    std::string name;  // the process's ("rank 3")
+    std::string message;
+  };
+  std::optional<Verdict> on_message(std::size_t i, const ProgressMessage& m, Clock::time_point now);
+
+  // The step timeout: a line naming the late ranks, when any is late at `now`.
+  std::optional<std::string> late(Clock::time_point now) const;
+  // When the step timeout should be asked next: the earliest deadline; nullopt when none runs.
+  std::optional<Clock::time_point> next_deadline() const;
+  // The deadline of a step that started at a known pace: max(floor, factor * pace).
+  std::optional<std::chrono::milliseconds> step_timeout() const;
+
+  // What the run report keeps of a process this generation.
+  struct Summary {
+    std::int64_t steps = 0;             // step messages
+    std::optional<std::int64_t> last_step;
+    std::optional<std::int64_t> last_checkpoint;
+    std::optional<double> step_seconds;  // window median of the intervals
+    std::optional<double> own_seconds;   // window median of the own times
+    bool straggler = false;              // named now
+  };
+  Summary summary(std::size_t i) const;
+  std::size_t size() const { return ranks_.size(); }
+
+ private:
+  struct Rank {
+    std::string name;
+    bool running = false;
+    bool paused = false;
+    Clock::time_point started_at;
+    std::optional<Clock::time_point> last_step_at;
+    std::int64_t steps = 0;
+    std::optional<std::int64_t> last_step;
+    std::optional<std::int64_t> last_checkpoint;
+    std::deque<double> intervals;  // seconds, the last kPaceWindow
+    std::deque<double> own;
+    std::optional<double> baseline;  // the median of its first full window of own times
+    int slow_streak = 0;
+    int normal_streak = 0;
+    bool named = false;
+  };
+
+  std::optional<Verdict> judge(std::size_t i, Clock::time_point now);
+  std::optional<double> job_pace() const;
+
+  PaceOptions options_;
+  std::string where_;
+  std::vector<Rank> ranks_;
+};
+
+// The median of `v` (not empty); `v` is reordered.
+double median_of(std::vector<double>& v);
+
+}  // namespace ddl::launcher

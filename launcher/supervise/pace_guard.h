@@ -1,0 +1,65 @@
+// The step-time watch of a generation (launcher/health/pace.h): reads each process's progress
+// messages, logs stragglers (--straggler), and fails the generation when a rank stops finishing
+// steps at the job's own pace (the step timeout), as the hang guard (hang_guard.h) does for
+// silence. Across generations it keeps whether restarts make progress (health/ledger.h). Single-threaded: on the io_context's thread, like the group it watches.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <cstddef>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launcher/health/ledger.h"
+#include "launcher/health/pace.h"
+#include "launcher/supervise/restart_policy.h"
+#include "launcher/supervise/worker_group.h"
+
+namespace ddl::launcher {
+
+class PaceGuard {
+ public:
+  // `watching()`: asked at every wake-up; false ends the watch. `late(message)`: a rank is past
+  // the step timeout. `verdict(v)`: a straggler was named or recovered (already logged).
+  using Watching = std::function<bool()>;
+  using Late = std::function<void(const std::string& message)>;
+  using Straggler = std::function<void(const PaceTracker::Verdict& verdict)>;
+
+  // `where`: this node in straggler lines ("on node 1 (host-b)"), may be empty.
+  PaceGuard(boost::asio::io_context& io, PaceOptions options, std::string where);
+
+  // A new generation of `group`: forgets the previous one's pace.
+  void begin_generation(const WorkerGroup& group, Watching watching, Late late,
+                        Straggler straggler);
+  void started(std::size_t i);
+  void exited(std::size_t i);
+  // A progress line of process `i`.
+  void on_line(std::size_t i, const std::string& line);
+  void cancel();
+
+  // Process `i`'s pace this generation (for the run report).
+  PaceTracker::Summary summary(std::size_t i) const { return tracker_.summary(i); }
+
+  // The generation `index` is over, failed or not: whether it made progress (ledger.h).
+  void generation_ended(int index, bool failed);
+  // Failed generations in a row without progress, for the restart policy.
+  Stall stall() const { return Stall{ledger_.stalled(), ledger_.why()}; }
+
+ private:
+  void rearm();
+
+  boost::asio::steady_timer timer_;
+  PaceTracker tracker_;
+  ProgressLedger ledger_;
+  const WorkerGroup* group_ = nullptr;  // begin_generation()'s
+  std::vector<std::string> names_;
+  std::vector<bool> warned_;  // a malformed line was logged for this process
+  std::optional<PaceTracker::Clock::time_point> armed_for_;
+  Watching watching_;
+  Late late_;
+  Straggler straggler_;
+};
+
+}  // namespace ddl::launcher
