@@ -3,10 +3,11 @@ fixed hang timeout and against torchrun, on a 2-rank data-parallel MNIST job, wi
 
 Faults (each timed from the moment it is made to the line that names it):
 - stop: rank 1 is SIGSTOPped mid-training; rank 0 then blocks in its next all-reduce.
-  - ours, step timeout: `launch --step_timeout_factor 5 --step_timeout_floor F` (F, --floor,
-    default 0.5 s: train_mnist's steps take ~20 ms here, so the default floor of 10 s would be
-    what is measured); the line waited for is `step timeout:` on the launcher's stderr. Also
-    printed: the job's pace (from that line) and the detection time in paces.
+  - ours, step timeout: `launch --step_timeout_floor F` (the default factor, 4), once with F = 0
+    (the pace rule alone) and once with F = --floor (default 0.5 s; train_mnist's steps take
+    ~20 ms here, so the default floor of 10 s would be what is measured); the line waited for is
+    `step timeout:` on the launcher's stderr. Also printed: the job's pace (from that line) and the
+    detection time in paces.
   - fixed timeout: the same job with `--step_timeout_factor 0 --hang_timeout H` (H, --hang,
     default 10 s: train_mnist prints a line every --log_interval 100 steps, a few seconds apart,
     and evaluates for a while at each epoch's end, so a fixed timeout must be well above that);
@@ -118,11 +119,11 @@ TRAIN = ["--data", DATA, "--epochs", "3", "--save", ""]
 
 
 def ours_stop(work, flags, marker, cap):
-    log_dir = os.path.join(work, "logs-" + marker.split()[0])
+    log_dir = tempfile.mkdtemp(dir=work, prefix="logs-stop-")
     cmd = [os.path.join(BIN, "launch"), "--nproc_per_node=2", "--log_dir", log_dir,
            "--log_level=debug", "--print_config=false", "--kill_timeout=1", *flags,
            os.path.join(BIN, "train_mnist"), *TRAIN, "--log_interval", "100"]
-    job = Job(cmd, work, "ours-" + marker.split()[0], env_for(2))
+    job = Job(cmd, log_dir, "launch", env_for(2))
     try:
         if not wait_for(lambda: (last_batch(read(os.path.join(log_dir, "workerlog.1"))) or (0, 0))[1] >= 200, 120):
             raise RuntimeError("the job did not reach batch 200:\n" + job.text()[-2000:])
@@ -131,7 +132,7 @@ def ours_stop(work, flags, marker, cap):
         stopped = time.monotonic()
         seen = wait_for(lambda: marker in job.text(), cap)
         found = time.monotonic() - stopped if seen else None
-        line = next((l for l in job.text().splitlines() if marker in l), "")
+        line = next((l for l in job.text().splitlines() if marker in l and "stacks of" not in l), "")
         pace = re.search(r"the job's pace is ([\d.]+) (ms|s) per step", line)
         pace_s = (float(pace.group(1)) / (1000 if pace.group(2) == "ms" else 1)) if pace else None
         return {"seconds": found, "pace_s": pace_s, "line": line[-300:]}
@@ -149,13 +150,17 @@ def torchrun_stop(work, cap):
     job = Job(cmd, work, "torchrun", env)
     try:
         def rank1_pid():
-            # ref_train_ddp's workers are the agent's children; rank 1 is the second one.
-            out = subprocess.run(["pgrep", "-P", str(job.proc.pid)], capture_output=True, text=True).stdout.split()
-            agents = [int(p) for p in out]
-            kids = []
-            for a in agents:
-                kids += [int(p) for p in subprocess.run(["pgrep", "-P", str(a)], capture_output=True, text=True).stdout.split()]
-            return sorted(kids)[1] if len(kids) >= 2 else None
+            # The worker of rank 1: a ref_train_ddp.py process in this job's session with RANK=1.
+            pids = subprocess.run(["pgrep", "-s", str(job.proc.pid), "-f", "ref_train_ddp.py"],
+                                  capture_output=True, text=True).stdout.split()
+            for pid in pids:
+                try:
+                    with open(f"/proc/{pid}/environ", "rb") as f:
+                        if b"\0RANK=1\0" in b"\0" + f.read():
+                            return int(pid)
+                except OSError:
+                    pass
+            return None
         if not wait_for(lambda: len(re.findall(r"batch: \d+", job.text("out") + job.text())) >= 100, 180):
             raise RuntimeError("torchrun did not train:\n" + job.text()[-2000:])
         pid = wait_for(rank1_pid, 10)
@@ -168,7 +173,7 @@ def torchrun_stop(work, cap):
 
 
 def ours_slow(work, cap):
-    log_dir = os.path.join(work, "logs-slow")
+    log_dir = tempfile.mkdtemp(dir=work, prefix="logs-slow-")
     cmd = [os.path.join(BIN, "launch"), "--nproc_per_node=2", "--bind=core", "--log_dir", log_dir,
            "--print_config=false", os.path.join(BIN, "train_mnist"), *TRAIN, "--log_interval", "1"]
     job = Job(cmd, work, "ours-slow", env_for(2))
@@ -211,7 +216,10 @@ def overhead(work, runs):
             summary = [json.loads(l) for l in read(os.path.join(log_dir, "workerlog.0")).splitlines()
                        if l.startswith("{")][-1]
             rates[side].append(summary["images_per_sec"])
-    return {k: statistics.median(v) for k, v in rates.items()} | {"raw": rates}
+    # Paired: run r with against run r without, back to back, so the machine's drift cancels.
+    ratios = [w / wo for w, wo in zip(rates["with"], rates["without"])]
+    return {k: statistics.median(v) for k, v in rates.items()} | {
+        "paired_ratio": statistics.median(ratios), "raw": rates}
 
 
 def main():
@@ -228,8 +236,9 @@ def main():
             sys.exit(f"detect: {BIN}/{b} is missing: build first")
     work = tempfile.mkdtemp(prefix="ddl-detect-")
     rec = {"cpu": cpu_model(), "cores": os.cpu_count()}
-    rec["stop_ours"] = ours_stop(work, ["--step_timeout_factor=5", f"--step_timeout_floor={a.floor}"],
+    rec["stop_ours"] = ours_stop(work, ["--step_timeout_floor=0"],
                                  "step timeout:", a.cap)
+    rec["stop_ours_floor"] = ours_stop(work, [f"--step_timeout_floor={a.floor}"], "step timeout:", a.cap)
     rec["stop_fixed"] = ours_stop(work, ["--step_timeout_factor=0", f"--hang_timeout={a.hang}"],
                                   "hang guard:", a.hang + a.cap)
     if not a.no_torch:
@@ -239,20 +248,24 @@ def main():
 
     def secs(r):
         return f"{r['seconds']:.2f} s" if r and r.get("seconds") is not None else f"not within {a.cap:.0f} s"
-    so = rec["stop_ours"]
-    paces = f" ({so['seconds'] / so['pace_s']:.1f} paces of {so['pace_s'] * 1000:.1f} ms)" \
-        if so.get("seconds") and so.get("pace_s") else ""
+    def paces(r):
+        return f" ({r['seconds'] / r['pace_s']:.1f} paces of {r['pace_s'] * 1000:.1f} ms)" \
+            if r.get("seconds") and r.get("pace_s") else ""
+    so, sf = rec["stop_ours"], rec["stop_ours_floor"]
     print(f"# {rec['cpu']}, {rec['cores']} cores; 2-rank train_mnist (Gloo), torchrun + DDP reference")
-    print("| fault | ours | fixed --hang_timeout | torchrun |")
-    print("|---|---:|---:|---:|")
-    print(f"| rank 1 SIGSTOPped | {secs(so)}{paces} | {secs(rec['stop_fixed'])} (H = {a.hang:g} s) | "
+    print("| fault | ours (floor 0) | ours (floor F) | fixed --hang_timeout | torchrun |")
+    print("|---|---:|---:|---:|---:|")
+    print(f"| rank 1 SIGSTOPped | {secs(so)}{paces(so)} | {secs(sf)} (F = {a.floor:g} s) | "
+          f"{secs(rec['stop_fixed'])} (H = {a.hang:g} s) | "
           f"{secs(rec.get('stop_torchrun')) if not a.no_torch else 'not run'} |")
     sl = rec["slow_ours"]
     steps = f"{sl['steps']} steps, " if sl.get("steps") is not None else ""
-    print(f"| rank 1 at half speed (busy core) | {steps}{secs(sl)} | never (not silent) | never (no detector) |")
+    print(f"| rank 1 at half speed (busy core) | {steps}{secs(sl)} | (the same rule) | never (not "
+          f"silent) | never (no detector) |")
     ov = rec["overhead"]
     print(f"\nprogress reports: {ov['with']:.0f} images/s with, {ov['without']:.0f} without "
-          f"({(ov['without'] - ov['with']) / ov['without'] * 100:+.2f}% cost), median of {a.runs}")
+          f"(medians of {a.runs}); paired with/without {ov['paired_ratio']:.4f} "
+          f"({(1 - ov['paired_ratio']) * 100:+.2f}% cost)")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rec, f, indent=1)

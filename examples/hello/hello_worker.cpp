@@ -39,9 +39,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 #include <cstdint>
 #include <cstdlib>
+#include <ctime>
 #include <optional>
 #include <string>
 #include <thread>
@@ -178,7 +178,8 @@ std::string open_descriptors(int progress_fd) {
   ::closedir(dir);
   std::sort(fds.begin(), fds.end());
   std::string line = "FDS";
-  for (int fd : fds) line += " " + (fd == progress_fd ? std::string("progress") : std::to_string(fd));
+  for (int fd : fds)
+    line += " " + (fd == progress_fd ? std::string("progress") : std::to_string(fd));
   return line;
 }
 

@@ -45,12 +45,11 @@ std::string ProgressLedger::why() const {
     if (i > 0) which += i + 1 == stalled_generations_.size() ? " and " : ", ";
     which += std::to_string(stalled_generations_[i]);
   }
-  const std::string how =
-      best_checkpoint_
-          ? "without a checkpoint past step " + std::to_string(*best_checkpoint_) +
-                " (the last one written)"
-          : "without passing step " + std::to_string(best_step_.value_or(0)) +
-                " (the furthest any generation reached)";
+  const std::string how = best_checkpoint_
+                              ? "without a checkpoint past step " +
+                                    std::to_string(*best_checkpoint_) + " (the last one written)"
+                              : "without passing step " + std::to_string(best_step_.value_or(0)) +
+                                    " (the furthest any generation reached)";
   return std::string(stalled_ == 1 ? "generation " : "generations ") + which + " failed " + how;
 }
 

@@ -84,7 +84,7 @@ void PaceTracker::exited(std::size_t i) {
 }
 
 std::optional<PaceTracker::Verdict> PaceTracker::on_message(std::size_t i, const ProgressMessage& m,
-                                                             Clock::time_point now) {
+                                                            Clock::time_point now) {
   if (i >= ranks_.size()) return std::nullopt;
   Rank& r = ranks_[i];
   switch (m.kind) {
@@ -94,6 +94,11 @@ std::optional<PaceTracker::Verdict> PaceTracker::on_message(std::size_t i, const
     case ProgressMessage::Kind::kCheckpoint:
       r.last_checkpoint = std::max(r.last_checkpoint.value_or(m.step), m.step);
       return std::nullopt;
+    case ProgressMessage::Kind::kPhase:
+      if (r.phases.size() < kMaxPhases) {
+        r.phases.emplace_back(m.what, seconds_between(r.started_at, now));
+      }
+      return std::nullopt;
     case ProgressMessage::Kind::kStep:
       break;
   }
@@ -102,6 +107,7 @@ std::optional<PaceTracker::Verdict> PaceTracker::on_message(std::size_t i, const
   r.paused = false;
   r.last_step_at = now;
   r.last_step = m.step;
+  if (r.steps == 0) r.first_step_seconds = seconds_between(r.started_at, now);
   ++r.steps;
   // Start-up and whatever came after a pause are not the pace of a step.
   if (r.steps <= kPaceWarmup || after_pause) return std::nullopt;
@@ -127,8 +133,8 @@ std::optional<PaceTracker::Verdict> PaceTracker::judge(std::size_t i, Clock::tim
   std::vector<double> deviations;
   for (const double o : others) deviations.push_back(std::fabs(o - m));
   const double mad = median_of(deviations);
-  const bool slow = x >= options_.straggler_ratio * m &&
-                    x - m > std::max(3 * 1.4826 * mad, kStragglerMinGap);
+  const bool slow =
+      x >= options_.straggler_ratio * m && x - m > std::max(3 * 1.4826 * mad, kStragglerMinGap);
   const bool normal = x < kRecoveredRatio * m;
   r.slow_streak = slow ? r.slow_streak + 1 : 0;
   r.normal_streak = normal ? r.normal_streak + 1 : 0;
@@ -137,9 +143,9 @@ std::optional<PaceTracker::Verdict> PaceTracker::judge(std::size_t i, Clock::tim
     r.named = true;
     r.normal_streak = 0;
     std::string line = "straggler: " + who + " takes " + time_text(x) + " of its own per step, " +
-                       ratio_text(m > 0 ? x / m : 0) + " the other ranks' median " +
-                       time_text(m) + " (last " + std::to_string(kPaceWindow) +
-                       " steps, at step " + std::to_string(r.last_step.value_or(0)) + ")";
+                       ratio_text(m > 0 ? x / m : 0) + " the other ranks' median " + time_text(m) +
+                       " (last " + std::to_string(kPaceWindow) + " steps, at step " +
+                       std::to_string(r.last_step.value_or(0)) + ")";
     if (r.baseline) line += "; its own first steps took " + time_text(*r.baseline);
     return Verdict{true, i, r.name, std::move(line)};
   }
@@ -220,6 +226,8 @@ PaceTracker::Summary PaceTracker::summary(std::size_t i) const {
   if (!r.intervals.empty()) s.step_seconds = window_median(r.intervals);
   if (!r.own.empty()) s.own_seconds = window_median(r.own);
   s.straggler = r.named;
+  s.phases = r.phases;
+  s.first_step_seconds = r.first_step_seconds;
   return s;
 }
 

@@ -25,6 +25,7 @@
 #include <deque>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "launcher/health/pace_options.h"
@@ -32,11 +33,12 @@
 
 namespace ddl::launcher {
 
-inline constexpr std::size_t kPaceWindow = 5;   // steps per rank in its median
-inline constexpr int kPaceSustain = 3;          // verdicts in a row before naming (or clearing)
-inline constexpr int kPaceWarmup = 2;           // first steps of a start not counted
-inline constexpr double kRecoveredRatio = 1.2;  // back under this: recovered
+inline constexpr std::size_t kPaceWindow = 5;      // steps per rank in its median
+inline constexpr int kPaceSustain = 3;             // verdicts in a row before naming (or clearing)
+inline constexpr int kPaceWarmup = 2;              // first steps of a start not counted
+inline constexpr double kRecoveredRatio = 1.2;     // back under this: recovered
 inline constexpr double kStragglerMinGap = 0.005;  // seconds: smaller gaps are noise
+inline constexpr std::size_t kMaxPhases = 16;      // start-up phases kept per process
 
 class PaceTracker {
  public:
@@ -73,12 +75,15 @@ class PaceTracker {
 
   // What the run report keeps of a process this generation.
   struct Summary {
-    std::int64_t steps = 0;             // step messages
+    std::int64_t steps = 0;  // step messages
     std::optional<std::int64_t> last_step;
     std::optional<std::int64_t> last_checkpoint;
     std::optional<double> step_seconds;  // window median of the intervals
     std::optional<double> own_seconds;   // window median of the own times
     bool straggler = false;              // named now
+    // Start-up: seconds from its start to each phase it reported, in order, and to its first step.
+    std::vector<std::pair<std::string, double>> phases;
+    std::optional<double> first_step_seconds;
   };
   Summary summary(std::size_t i) const;
   std::size_t size() const { return ranks_.size(); }
@@ -93,6 +98,8 @@ class PaceTracker {
     std::int64_t steps = 0;
     std::optional<std::int64_t> last_step;
     std::optional<std::int64_t> last_checkpoint;
+    std::vector<std::pair<std::string, double>> phases;  // at most kMaxPhases
+    std::optional<double> first_step_seconds;
     std::deque<double> intervals;  // seconds, the last kPaceWindow
     std::deque<double> own;
     std::optional<double> baseline;  // the median of its first full window of own times

@@ -80,8 +80,17 @@ std::optional<ProgressMessage> parse_progress_line(std::string_view line, std::s
     m.what = std::string(what);
     return m;
   }
+  if (w[0] == "phase") {
+    if (w.size() != 2 || !section_name_ok(w[1])) {
+      error = "phase takes one name";
+      return std::nullopt;
+    }
+    m.kind = ProgressMessage::Kind::kPhase;
+    m.what = std::string(w[1]);
+    return m;
+  }
   if (w[0] != "step" && w[0] != "checkpoint") {
-    error = "not step, pause or checkpoint";
+    error = "not step, pause, checkpoint or phase";
     return std::nullopt;
   }
   m.kind = w[0] == "step" ? ProgressMessage::Kind::kStep : ProgressMessage::Kind::kCheckpoint;

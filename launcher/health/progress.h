@@ -9,6 +9,8 @@
 //   pause [WHAT]                what follows is not a step (an evaluation, a checkpoint): the
 //                               step-time rules wait for the next "step"
 //   checkpoint N                the state after step N is saved
+//   phase NAME                  start-up reached NAME ("store": joined the store,
+//                               "communicator": the communicator is built), for the run report
 //
 // Sections named allreduce, comm, collective or wait are time spent waiting for the other ranks;
 // the rest of a step is the rank's own time, which is what the straggler rule compares (in a
@@ -32,12 +34,12 @@ namespace ddl::launcher {
 inline constexpr std::size_t kMaxProgressLine = 512;
 
 struct ProgressMessage {
-  enum class Kind { kStep, kPause, kCheckpoint };
+  enum class Kind { kStep, kPause, kCheckpoint, kPhase };
   Kind kind = Kind::kStep;
   std::int64_t step = 0;  // kStep, kCheckpoint
   // kStep: the named sections, in the order given (seconds, finite and >= 0).
   std::vector<std::pair<std::string, double>> sections;
-  std::string what;  // kPause: what the worker is doing, may be empty
+  std::string what;  // kPause: what the worker is doing, may be empty; kPhase: the phase
 
   // kStep: seconds of the step spent waiting for the other ranks (the waiting sections' sum).
   double waiting_seconds() const;

@@ -732,24 +732,23 @@ std::vector<FlagSpec> failures() {
       Flag("step_timeout_factor")
           .value("K")
           .group(FlagGroup::kFailures)
-          .default_is("5")
+          .default_is("4")
           .help("fail the job (exit code 124) when a rank that reports its steps finishes none for "
                 "K times the job's median step time (0: off)")
           .config([](const LaunchOptions& o) {
             return std::optional(number_text(o.pace.step_timeout_factor));
           })
           .done());
-  t.push_back(
-      Flag("step_timeout_floor")
-          .value("S")
-          .seconds(true)
-          .group(FlagGroup::kFailures)
-          .default_is("10")
-          .help("the step timeout is never shorter than S seconds")
-          .config([](const LaunchOptions& o) {
-            return std::optional(env::seconds_text(o.pace.step_timeout_floor));
-          })
-          .done());
+  t.push_back(Flag("step_timeout_floor")
+                  .value("S")
+                  .seconds(true)
+                  .group(FlagGroup::kFailures)
+                  .default_is("10")
+                  .help("the step timeout is never shorter than S seconds")
+                  .config([](const LaunchOptions& o) {
+                    return std::optional(env::seconds_text(o.pace.step_timeout_floor));
+                  })
+                  .done());
   t.push_back(
       Flag("kill_timeout")
           .value("S")

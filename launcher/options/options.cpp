@@ -864,7 +864,8 @@ void parse_levels_and_timeouts(const GivenFlags& r, LaunchOptions& o) {
   if (const auto hang = r.seconds("hang_timeout")) o.hang_timeout = *hang;
   if (const auto mode = r.choice("straggler")) o.pace.stragglers = *mode == "warn";
   if (r.has("straggler_ratio")) {
-    o.pace.straggler_ratio = parse_number("straggler_ratio", r.value("straggler_ratio"), 1.0, false);
+    o.pace.straggler_ratio =
+        parse_number("straggler_ratio", r.value("straggler_ratio"), 1.0, false);
   }
   if (r.has("step_timeout_factor")) {
     o.pace.step_timeout_factor =

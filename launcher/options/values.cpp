@@ -66,8 +66,7 @@ std::chrono::milliseconds parse_seconds(const std::string& flag, const std::stri
   return ms;
 }
 
-double parse_number(const std::string& flag, const std::string& value, double min,
-                    bool allow_min) {
+double parse_number(const std::string& flag, const std::string& value, double min, bool allow_min) {
   const char* begin = value.c_str();
   char* end = nullptr;
   const double v = std::strtod(begin, &end);

@@ -659,6 +659,64 @@ std::string generations_table(const json& report) {
   return html + "</tbody></table>\n";
 }
 
+// Start-up by phase in the first generation: per process, seconds from the generation's start to
+// each phase it reached (spawn, the phases its runtime reported, its first step); the slowest per
+// phase in bold. Empty when no run of generation 0 has a start-up record.
+std::string startup_table(const json& report) {
+  std::vector<std::string> phases = {"spawn"};
+  std::vector<std::pair<std::string, const json*>> rows;
+  for (const json& proc : array(report, "processes")) {
+    for (const json& run : array(proc, "runs")) {
+      const json& startup = field(run, "startup");
+      if (text(run, "generation") != "0" || !startup.is_object()) continue;
+      rows.emplace_back(text(proc, "name"), &startup);
+      for (const auto& [key, value] : startup.items()) {
+        const std::string phase = key.substr(0, key.size() - 2);
+        if (phase != "first_step" &&
+            std::find(phases.begin(), phases.end(), phase) == phases.end()) {
+          phases.push_back(phase);
+        }
+      }
+    }
+  }
+  if (rows.empty()) return "";
+  // The reported phases in the order they were reached (by their earliest time).
+  auto earliest = [&](const std::string& phase) {
+    double t = INFINITY;
+    for (const auto& row : rows)
+      t = std::min(t, number(*row.second, (phase + "_s").c_str()).value_or(INFINITY));
+    return t;
+  };
+  std::stable_sort(
+      phases.begin() + 1, phases.end(),
+      [&](const std::string& x, const std::string& y) { return earliest(x) < earliest(y); });
+  phases.push_back("first_step");
+  json slowest;
+  for (const json& g : array(report, "generations")) {
+    if (text(g, "generation") == "0") slowest = field(g, "startup");
+  }
+  std::string html = "<table class=\"data\"><thead><tr><th>process</th>";
+  for (const std::string& p : phases) {
+    html += "<th class=\"num\">" + esc(p == "first_step" ? "first step" : p) + "</th>";
+  }
+  html += "</tr></thead><tbody>\n";
+  for (const auto& [name, startup] : rows) {
+    html += "<tr><td>" + esc(name) + "</td>";
+    for (const std::string& p : phases) {
+      const auto s = number(*startup, (p + "_s").c_str());
+      const bool worst =
+          s && slowest.is_object() && slowest.contains(p) && text(slowest[p], "process") == name;
+      const std::string cell = s ? esc(fixed(*s, 3)) + " s" : "-";
+      html += "<td class=\"num\">" + (worst ? "<strong>" + cell + "</strong>" : cell) + "</td>";
+    }
+    html += "</tr>\n";
+  }
+  return html +
+         "</tbody></table>\n<p class=\"note\">Seconds from the first generation's start; the "
+         "slowest process of each phase in bold. Phases after spawn are those its runtime "
+         "reported on DDL_PROGRESS_FD.</p>\n";
+}
+
 std::string process_table(const json& report) {
   std::string html =
       "<table class=\"data\" id=\"processes\"><thead><tr><th>process</th><th>generations</th>"
@@ -871,6 +929,9 @@ std::string render_report_html(const json& report) {
   }
   html += "</section>\n";
 
+  if (const std::string startup = startup_table(report); !startup.empty()) {
+    html += "<section><h2>Start-up by phase</h2>\n" + startup + "</section>\n";
+  }
   const json& stragglers = array(report, "stragglers");
   if (!stragglers.empty()) {
     html += "<section><h2>Stragglers</h2>\n<ul>\n";

@@ -295,6 +295,46 @@ RunReport::RunReport(RunReport&&) noexcept = default;
 RunReport& RunReport::operator=(RunReport&&) noexcept = default;
 RunReport::~RunReport() = default;
 
+namespace {
+
+// One run's start-up, in seconds from its generation's start (see run_report.h); null when the
+// generation's start is not known.
+json startup_json(const Run& r, const std::map<int, Generation>& generations) {
+  const auto g = generations.find(r.generation);
+  if (g == generations.end() || !g->second.start || !r.start) return json();
+  const double spawn = std::chrono::duration<double>(*r.start - *g->second.start).count();
+  json j;
+  j["spawn_s"] = spawn;
+  if (r.pace) {
+    for (const auto& [name, seconds] : r.pace->phases) j[name + "_s"] = spawn + seconds;
+    if (r.pace->first_step_seconds) j["first_step_s"] = spawn + *r.pace->first_step_seconds;
+  }
+  return j;
+}
+
+// Per phase, the process of generation `number` that reached it last.
+json slowest_by_phase(const std::vector<Process>& processes,
+                      const std::map<int, Generation>& generations, int number) {
+  json slowest = json::object();
+  for (const Process& p : processes) {
+    for (const Run& r : p.runs) {
+      if (r.generation != number) continue;
+      const json startup = startup_json(r, generations);
+      if (!startup.is_object()) continue;
+      for (const auto& [key, value] : startup.items()) {
+        const std::string phase = key.substr(0, key.size() - 2);  // without "_s"
+        if (!slowest.contains(phase) ||
+            value.get<double>() > slowest[phase]["seconds"].get<double>()) {
+          slowest[phase] = {{"process", p.name}, {"seconds", value}};
+        }
+      }
+    }
+  }
+  return slowest;
+}
+
+}  // namespace
+
 void RunReport::generation_started(int generation, WallClock::time_point at, int world_size) {
   Generation& g = state_->generations[generation];
   g.start = at;
@@ -430,6 +470,7 @@ json RunReport::to_json() const {
     put_time(j, "end", g.end);
     j["duration_s"] = seconds_between(g.start, g.end);
     j["outcome"] = g.outcome ? json(*g.outcome) : json();
+    j["startup"] = slowest_by_phase(s.processes, s.generations, number);
     generations.push_back(j);
   }
   report["generations"] = generations;
@@ -459,6 +500,7 @@ json RunReport::to_json() const {
       rj["exit"] = r.wait_status ? exit_json(*r.wait_status) : json();
       rj["cpu_seconds"] = r.wait_status ? json(r.usage.cpu_seconds) : json();
       rj["peak_rss_kib"] = r.wait_status ? json(r.usage.peak_rss_kib) : json();
+      rj["startup"] = startup_json(r, s.generations);
       if (r.pace) {
         const RunPace& pace = *r.pace;
         auto opt = [](const auto& v) { return v ? json(*v) : json(); };

@@ -29,12 +29,14 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <optional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace ddl::launcher {
 
@@ -72,6 +74,10 @@ struct RunPace {
   std::optional<double> step_seconds;  // median of its last steps
   std::optional<double> own_seconds;   // ... without the time spent waiting for the other ranks
   bool straggler = false;              // named a straggler when it ended
+  // Start-up: seconds from its start to each phase it reported ("store", "communicator") and
+  // to its first step.
+  std::vector<std::pair<std::string, double>> phases;
+  std::optional<double> first_step_seconds;
 };
 
 // Straggler lines kept (later ones are counted).
@@ -130,7 +136,9 @@ class RunReport {
   //   job                          job_id, worker, node_rank, nnodes, start, end, duration_s,
   //                                exit_code, summary
   //   limits                       max_loss_points_per_process, max_epoch_records_per_process
-  //   generations[]                generation, world_size, start, end, duration_s, outcome
+  //   generations[]                generation, world_size, start, end, duration_s, outcome,
+  //                                startup: per phase (spawn, store, ..., first_step) the
+  //                                slowest process of this node and its seconds
   //   processes[]                  ranks by index, then servers: name, role ("rank"/"server"),
   //                                index, generations (those it ran in), exit (of its latest
   //                                run: text, code, signal, signal_name, wait_status), cpu_seconds
@@ -142,7 +150,9 @@ class RunReport {
   //                                loss (seen, stride, points[] as [generation, epoch, batch,
   //                                loss]), runs[] (generation, pid, start, end, duration_s, exit,
   //                                cpu_seconds, peak_rss_kib, pace: null, or steps, last_step,
-  //                                last_checkpoint, step_s, own_s, straggler)
+  //                                last_checkpoint, step_s, own_s, straggler), startup (null, or
+  //                                seconds from the generation's start: spawn_s, one per
+  //                                reported phase (store_s, communicator_s), first_step_s)
   //   stragglers[]                 process, at, named (false: recovered), line; at most
   //                                kMaxStragglerEvents, then stragglers_dropped counts
   // Times appear twice: "start" as ISO 8601 UTC text with milliseconds and "start_ms" as

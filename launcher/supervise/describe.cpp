@@ -188,7 +188,8 @@ EndLine job_end_line(const WorkerGroup& group, const Outcome& outcome, Generatio
     return {false, "job failed" + after + ": " + failure->what + "; " + code +
                        failure_details(group, failure)};
   }
-  if (outcome.from_peer()) return {false, "job failed" + after + ": " + failure->what + "; " + code};
+  if (outcome.from_peer())
+    return {false, "job failed" + after + ": " + failure->what + "; " + code};
   if (outcome.stopped(Stop::Kind::kInterrupted)) {
     return {true, "stopped by " + signal_name(stop->signal) + ": all " +
                       std::to_string(group.size()) + " worker(s) ended; exit code " +

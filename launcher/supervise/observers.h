@@ -33,8 +33,7 @@ class SupervisorObserver {
   // A straggler was named, or recovered (pace.h; the line is already logged).
   virtual void straggler(Generation /*g*/, const PaceTracker::Verdict& /*verdict*/) {}
   // Process `p` of generation `g` is reaped (process_exited follows): its pace in `g`.
-  virtual void pace(Generation /*g*/, const Process& /*p*/,
-                    const PaceTracker::Summary& /*pace*/) {}
+  virtual void pace(Generation /*g*/, const Process& /*p*/, const PaceTracker::Summary& /*pace*/) {}
   // Process `p` of generation `g` was reaped: its status and usage are set.
   virtual void process_exited(Generation /*g*/, const Process& /*p*/) {}
   // Generation `g` has just failed here (`failure`: a process, the hang guard, another node),

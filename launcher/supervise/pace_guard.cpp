@@ -86,7 +86,8 @@ void PaceGuard::on_line(std::size_t i, const std::string& line) {
     spdlog::warn("{}", verdict->message);
     if (straggler_) straggler_(*verdict);
   }
-  if (message->kind == ProgressMessage::Kind::kStep || message->kind == ProgressMessage::Kind::kPause) {
+  if (message->kind == ProgressMessage::Kind::kStep ||
+      message->kind == ProgressMessage::Kind::kPause) {
     rearm();
   }
 }

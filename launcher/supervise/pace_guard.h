@@ -1,7 +1,8 @@
 // The step-time watch of a generation (launcher/health/pace.h): reads each process's progress
 // messages, logs stragglers (--straggler), and fails the generation when a rank stops finishing
 // steps at the job's own pace (the step timeout), as the hang guard (hang_guard.h) does for
-// silence. Across generations it keeps whether restarts make progress (health/ledger.h). Single-threaded: on the io_context's thread, like the group it watches.
+// silence. Across generations it keeps whether restarts make progress (health/ledger.h).
+// Single-threaded: on the io_context's thread, like the group it watches.
 #pragma once
 
 #include <boost/asio/io_context.hpp>

@@ -38,7 +38,7 @@ void ReportObserver::straggler(Generation, const PaceTracker::Verdict& verdict) 
 }
 
 void ReportObserver::pace(Generation g, const Process& p, const PaceTracker::Summary& pace) {
-  if (pace.steps == 0 && !pace.last_checkpoint) return;  // it reported nothing
+  if (pace.steps == 0 && !pace.last_checkpoint && pace.phases.empty()) return;  // nothing said
   RunPace run;
   run.steps = pace.steps;
   run.last_step = pace.last_step;
@@ -46,6 +46,8 @@ void ReportObserver::pace(Generation g, const Process& p, const PaceTracker::Sum
   run.step_seconds = pace.step_seconds;
   run.own_seconds = pace.own_seconds;
   run.straggler = pace.straggler;
+  run.phases = pace.phases;
+  run.first_step_seconds = pace.first_step_seconds;
   report_.process_pace(p.name, g.index(), run);
 }
 

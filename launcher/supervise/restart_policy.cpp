@@ -24,9 +24,9 @@ RestartDecision RestartPolicy::decide(Generation generation, const Outcome& outc
   }
   if (no_progress_restarts_ > 0 && stall.generations >= no_progress_restarts_) {
     d.exit_code = kExitNoProgress;
-    d.vetoed_by = "no progress: " + stall.why + " (--no_progress_restarts=" +
-                  std::to_string(no_progress_restarts_) + "); exit code " +
-                  std::to_string(kExitNoProgress);
+    d.vetoed_by = "no progress: " + stall.why +
+                  " (--no_progress_restarts=" + std::to_string(no_progress_restarts_) +
+                  "); exit code " + std::to_string(kExitNoProgress);
     return d;
   }
   d.action = RestartDecision::Action::kRestart;

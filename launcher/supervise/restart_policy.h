@@ -35,9 +35,10 @@ struct Stall {
 
 // Restarts after a failed generation (a Failure without a Stop) while fewer than max_restarts
 // restarts have happened; never after a stop; and, with no_progress_restarts > 0, not once that
-// many failed generations in a row made no progress: the job then ends with kExitNoProgress. The exit code when stopping is
-// Outcome::exit_code(): the generation's failure code, else the stop's (128+signal after an
-// interrupt, kExitError after a spawn failure, the external stop's code), else 0.
+// many failed generations in a row made no progress: the job then ends with kExitNoProgress. The
+// exit code when stopping is Outcome::exit_code(): the generation's failure code, else the stop's
+// (128+signal after an interrupt, kExitError after a spawn failure, the external stop's code), else
+// 0.
 class RestartPolicy {
  public:
   // Throws std::invalid_argument for a negative max_restarts or no_progress_restarts.

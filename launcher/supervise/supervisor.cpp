@@ -51,9 +51,10 @@ class Supervisor {
                  }),
         pace_guard_(io_, options.pace, options.node_label),
         group_(io_, options.kill_timeout,
-               WorkerGroup::Events{
-                   [this](Process& p) { on_exited(p); }, [this] { maybe_finish(); },
-                   [this](Process& p, const std::string& line) { pace_guard_.on_line(p.slot, line); }}),
+               WorkerGroup::Events{[this](Process& p) { on_exited(p); }, [this] { maybe_finish(); },
+                                   [this](Process& p, const std::string& line) {
+                                     pace_guard_.on_line(p.slot, line);
+                                   }}),
         hang_guard_(io_, options.hang_timeout, group_),
         servers_(options.server_grace, options.kill_timeout),
         generation_(options.first_generation) {
@@ -116,7 +117,8 @@ class Supervisor {
     arm_pace_guard();
     for (std::size_t i = 0; i < workers.size() && !group_.stopping(); ++i) start(i, workers[i]);
     reap();  // a process may already be gone
-    if (!group_.stopping()) arm_hang_guard();
+    if (!group_.stopping())
+      hang_guard_.arm(watching(), [this](const std::string& m) { on_hang(m); });
     // News about this generation may have come while it was being started.
     on_external_event();
     maybe_finish();
@@ -306,12 +308,8 @@ class Supervisor {
   // The hang and pace guards of the current generation: off while its servers have their grace.
   std::function<bool()> watching() {
     return [this, generation = generation_] {
-      return generation == generation_ && !group_.stopping() &&
-             outcome_.stage() == Stage::kRunning;
+      return generation == generation_ && !group_.stopping() && outcome_.stage() == Stage::kRunning;
     };
-  }
-  void arm_hang_guard() {
-    hang_guard_.arm(watching(), [this](const std::string& message) { on_hang(message); });
   }
   void arm_pace_guard() {
     pace_guard_.begin_generation(
@@ -323,8 +321,8 @@ class Supervisor {
 
   void on_hang(const std::string& message) {
     if (!outcome_.fail(Failure::hang(message))) return;
+    spdlog::error("{}; stopping {} worker(s)", message, group_.running());  // before the dump
     on_failed();
-    spdlog::error("{}; stopping {} worker(s)", message, group_.running());
     tell_peers_if_final();
     begin_stop(SIGTERM);
   }

@@ -67,7 +67,7 @@ class WorkerGroup {
     std::array<char, 16384> buffer{};
     std::unique_ptr<boost::asio::posix::stream_descriptor> progress_pipe;
     std::array<char, 4096> progress_buffer{};
-    std::string progress_line;  // a message not finished yet
+    std::string progress_line;       // a message not finished yet
     bool progress_overlong = false;  // the current line is too long: dropped up to its newline
   };
 

@@ -15,6 +15,7 @@
 
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/nccl_communicator.h"
+#include "worker/runtime/progress.h"
 
 namespace ddl {
 
@@ -45,14 +46,16 @@ std::unique_ptr<ParallelContext> prepare_context(const ParallelEnv& env,
       torch_cuda_usable(env.local_rank)) {
     ctx->env.gpu = env.local_rank;
   }
+  // Start-up phases for the launcher's run report (worker/runtime/progress.h).
+  const ProgressReporter progress = ProgressReporter::from_env(env::current_environment());
   Rendezvous joined = rendezvous(env, options.rendezvous_timeout);
+  progress.phase("store");
   ctx->store_server = std::move(joined.store_server);
   ctx->store = std::move(joined.store);
 
   Backend backend = options.backend;
   if (backend == Backend::kAuto) {
-    const bool gpu_ready =
-        ctx->env.gpu && nccl_available() && torch_cuda_usable(*ctx->env.gpu);
+    const bool gpu_ready = ctx->env.gpu && nccl_available() && torch_cuda_usable(*ctx->env.gpu);
     if (ctx->env.gpu && !gpu_ready) {
       spdlog::warn(
           "GPU {} selected but {}; using Gloo on the CPU", *ctx->env.gpu,
@@ -88,6 +91,7 @@ std::unique_ptr<ParallelContext> prepare_context(const ParallelEnv& env,
   // Every rank returns only once all meshes are connected: rank 0 hosts the store, and a rank
   // that left early would take it away from peers still exchanging addresses through it.
   if (env.world_size > 1) ctx->comm->barrier();
+  progress.phase("communicator");
   spdlog::debug("context ready: {} backend {}, device {}", rank_text(env), ctx->comm->backend(),
                 ctx->device.str());
   return ctx;
@@ -127,7 +131,8 @@ std::vector<std::int64_t> grad_strides(const torch::Tensor& param) {
 // A tensor like `param` that shares `flat`'s storage from element `offset`. Made with set_()
 // rather than narrow()/view() so autograd does not see a view: optimizers call detach_() on
 // gradients, which autograd refuses for views.
-torch::Tensor alias_into(const torch::Tensor& flat, std::int64_t offset, const torch::Tensor& param) {
+torch::Tensor alias_into(const torch::Tensor& flat, std::int64_t offset,
+                         const torch::Tensor& param) {
   torch::NoGradGuard no_grad;
   torch::Tensor t = torch::empty({0}, flat.options());
   t.set_(flat.storage(), flat.storage_offset() + offset, param.sizes(), grad_strides(param));

@@ -55,6 +55,14 @@ void ProgressReporter::checkpoint(std::int64_t step) const {
   send(line, n);
 }
 
+void ProgressReporter::phase(std::string_view name) const {
+  if (fd_ < 0) return;
+  char line[64];
+  const int n = std::snprintf(line, sizeof line, "phase %.*s\n",
+                              static_cast<int>(name.size() > 32 ? 32 : name.size()), name.data());
+  send(line, n);
+}
+
 void ProgressReporter::send(const char* line, int size) const {
   ssize_t r;
   do {

@@ -46,6 +46,8 @@ class ProgressReporter {
   void pause(std::string_view what) const;
   // The state after step `step` is saved.
   void checkpoint(std::int64_t step) const;
+  // Start-up reached `name` (one word: "store", "communicator"), for the run report's phases.
+  void phase(std::string_view name) const;
 
  private:
   void send(const char* line, int size) const;

@@ -98,20 +98,20 @@ TEST(Pace, EqualRanksAreNoStragglers) {
 TEST(Pace, AStoppedRankIsCaughtAtTheJobsPaceAndItsStackDumped) {
   TempDir tmp;
   const fs::path logs = tmp.path() / "logs";
-  LaunchRun run(tmp, {"--nproc_per_node=2", "--step_timeout_floor=0.3", "--log_dir",
-                      logs.string(), "--log_level=debug", "--print_config=false", "hello_worker",
-                      "--steps", "600", "--step_ms", "100"});
+  LaunchRun run(tmp, {"--nproc_per_node=2", "--step_timeout_floor=0.3", "--log_dir", logs.string(),
+                      "--log_level=debug", "--print_config=false", "hello_worker", "--steps", "600",
+                      "--step_ms", "100"});
   ASSERT_TRUE(wait_for_text(logs / "workerlog.1", "rank 1 step 12 ", milliseconds(30'000)))
       << run.err();
   const auto pids = run.worker_pids();
   ASSERT_EQ(pids.count(1), 1u) << run.err();
   ASSERT_EQ(::kill(pids.at(1), SIGSTOP), 0);
-  // The pace is 100 ms a step: the timeout is 5 x 100 ms (above the 0.3 s floor).
+  // The pace is 100 ms a step: the timeout is 4 x 100 ms (above the 0.3 s floor).
   ASSERT_EQ(run.wait(milliseconds(30'000)), kExitDeadline) << run.err();
   const std::string err = run.err();
   EXPECT_TRUE(std::regex_search(
       err, std::regex(R"(step timeout: no step finished for \d+\.\d ms by rank 1 \(the job's pace )"
-                      R"(is 1\d\d\.\d ms per step; the timeout 5\d\d\.\d ms is 5 times that)")))
+                      R"(is 1\d\d\.\d ms per step; the timeout 4\d\d\.\d ms is 4 times that)")))
       << err;
   EXPECT_TRUE(contains(err, "rank 1 is stopped (state T: SIGSTOP or a debugger)")) << err;
   EXPECT_TRUE(contains(err, "launcher exit code 124")) << err;
@@ -143,24 +143,24 @@ for step in range(16, 21):
     report("step %d" % step)
 time.sleep(60)
 )";
-  LaunchRun run(tmp, {"--nproc_per_node=1", "--step_timeout_floor=0.2", "--log_dir",
-                      logs.string(), "--print_config=false", script.string()});
+  LaunchRun run(tmp, {"--nproc_per_node=1", "--step_timeout_floor=0.2", "--log_dir", logs.string(),
+                      "--print_config=false", script.string()});
   ASSERT_EQ(run.wait(milliseconds(30'000)), kExitDeadline) << run.err();
   const std::string err = run.err();
   // The pause kept the evaluation's 1 s from counting; the silence after step 20 did not.
   EXPECT_TRUE(contains(err, "step timeout: no step finished for")) << err;
   EXPECT_TRUE(contains(err, "last steps: rank 0 at step 20 ")) << err;
-  EXPECT_TRUE(contains(err, "rank 0: not a progress message (not step, pause or checkpoint): "
-                            "'not a message'"))
+  EXPECT_TRUE(contains(err,
+                       "rank 0: not a progress message (not step, pause, checkpoint or phase): "
+                       "'not a message'"))
       << err;
 }
 
 TEST(Pace, AWorkerThatReportsNothingIsWatchedAsBefore) {
   TempDir tmp;
   const fs::path logs = tmp.path() / "logs";
-  LaunchRun run(tmp, {"--nproc_per_node=2", "--step_timeout_floor=0.1", "--log_dir",
-                      logs.string(), "--print_config=false", "hello_worker", "--sleep_ms",
-                      "1500"});
+  LaunchRun run(tmp, {"--nproc_per_node=2", "--step_timeout_floor=0.1", "--log_dir", logs.string(),
+                      "--print_config=false", "hello_worker", "--sleep_ms", "1500"});
   ASSERT_EQ(run.wait(milliseconds(30'000)), 0) << run.err();
   EXPECT_FALSE(contains(run.err(), "step timeout")) << run.err();
 }
@@ -170,17 +170,18 @@ TEST(Pace, AWorkerThatReportsNothingIsWatchedAsBefore) {
 TEST(Pace, RestartsThatMakeNoProgressEndTheJobWithExitCode93) {
   TempDir tmp;
   const fs::path logs = tmp.path() / "logs";
-  LaunchRun run(tmp,
-                {"--nproc_per_node=1", "--max_restarts=5", "--no_progress_restarts=2", "--log_dir",
-                 logs.string(), "--log_level=debug", "--print_config=false", "hello_worker",
-                 "--steps", "20"},
-                {{ddl::env::kFault, "rank=0,step=5,exit=3"}});
+  LaunchRun run(
+      tmp,
+      {"--nproc_per_node=1", "--max_restarts=5", "--no_progress_restarts=2", "--log_dir",
+       logs.string(), "--log_level=debug", "--print_config=false", "hello_worker", "--steps", "20"},
+      {{ddl::env::kFault, "rank=0,step=5,exit=3"}});
   ASSERT_EQ(run.wait(milliseconds(30'000)), 93) << run.err();
   const std::string err = run.err();
   EXPECT_EQ(run.starts().size(), 3u) << err;
-  EXPECT_TRUE(contains(err, "not restarting: no progress: generations 1 and 2 failed without "
-                            "passing step 5 (the furthest any generation reached) "
-                            "(--no_progress_restarts=2); exit code 93"))
+  EXPECT_TRUE(contains(err,
+                       "not restarting: no progress: generations 1 and 2 failed without "
+                       "passing step 5 (the furthest any generation reached) "
+                       "(--no_progress_restarts=2); exit code 93"))
       << err;
   EXPECT_TRUE(contains(err, "launcher exit code 93")) << err;
 }

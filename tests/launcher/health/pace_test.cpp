@@ -52,11 +52,15 @@ TEST(ProgressLine, PauseAndCheckpoint) {
   m = parse_ok("checkpoint 400");
   EXPECT_EQ(m.kind, ProgressMessage::Kind::kCheckpoint);
   EXPECT_EQ(m.step, 400);
+  m = parse_ok("phase communicator");
+  EXPECT_EQ(m.kind, ProgressMessage::Kind::kPhase);
+  EXPECT_EQ(m.what, "communicator");
 }
 
 TEST(ProgressLine, AnythingElseIsRefusedWithAReason) {
   EXPECT_EQ(parse_error(""), "empty");
-  EXPECT_EQ(parse_error("epoch: 0, batch: 1, loss is: [2.3]"), "not step, pause or checkpoint");
+  EXPECT_EQ(parse_error("epoch: 0, batch: 1, loss is: [2.3]"),
+            "not step, pause, checkpoint or phase");
   EXPECT_EQ(parse_error("step"), "step needs a step number (0 or more)");
   EXPECT_EQ(parse_error("step -1"), "step needs a step number (0 or more)");
   EXPECT_EQ(parse_error("step 1x"), "step needs a step number (0 or more)");
@@ -65,6 +69,8 @@ TEST(ProgressLine, AnythingElseIsRefusedWithAReason) {
   EXPECT_EQ(parse_error("step 1 compute=nan"), "section 'compute=nan' is not NAME=SECONDS");
   EXPECT_EQ(parse_error("step 1 a$b=1"), "section 'a$b=1' is not NAME=SECONDS");
   EXPECT_EQ(parse_error("checkpoint 4 extra"), "checkpoint takes only a step number");
+  EXPECT_EQ(parse_error("phase"), "phase takes one name");
+  EXPECT_EQ(parse_error("phase a b"), "phase takes one name");
   EXPECT_EQ(parse_error("step 1 " + std::string(600, 'x')), "longer than 512 bytes");
 }
 
@@ -288,7 +294,8 @@ TEST(ProgressLedger, FailuresWithoutANewCheckpointAreCountedInARow) {
   EXPECT_EQ(l.stalled(), 0) << "the first checkpoint is progress";
   l.generation_ended(1, {reached(430, 400), reached(431)}, true);
   EXPECT_EQ(l.stalled(), 1);
-  EXPECT_EQ(l.why(), "generation 1 failed without a checkpoint past step 400 (the last one written)");
+  EXPECT_EQ(l.why(),
+            "generation 1 failed without a checkpoint past step 400 (the last one written)");
   l.generation_ended(2, {reached(401), reached(402)}, true);
   EXPECT_EQ(l.stalled(), 2);
   EXPECT_EQ(l.why(),

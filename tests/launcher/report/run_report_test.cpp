@@ -208,6 +208,59 @@ TEST(RunReport, JsonHoldsJobGenerationsAndRuns) {
   EXPECT_EQ(r1["lines"], 2 * (30 + 15 + 15 + 30) + 3 * 2);
 }
 
+// The pace and start-up phases the launcher learns from the progress messages: per run, and the
+// slowest process per phase of each generation, in report.json and report.html.
+TEST(RunReport, StartUpByPhasePaceAndStragglers) {
+  RunReport report({"job", "train_mnist", 0, 1});
+  report.generation_started(0, kT0, 2);
+  const auto spawn = std::chrono::milliseconds(2);
+  report.process_started("rank 0", false, 0, 0, 100, kT0 + spawn);
+  report.process_started("rank 1", false, 1, 0, 101, kT0 + 2 * spawn);
+  RunPace fast;
+  fast.steps = 300;
+  fast.last_step = 300;
+  fast.step_seconds = 0.018;
+  fast.own_seconds = 0.016;
+  fast.phases = {{"store", 0.9}, {"communicator", 1.0}};
+  fast.first_step_seconds = 1.1;
+  RunPace slow = fast;
+  slow.phases = {{"store", 1.5}, {"communicator", 1.6}};
+  slow.first_step_seconds = 1.2;
+  slow.straggler = true;
+  report.process_pace("rank 0", 0, fast);
+  report.process_pace("rank 1", 0, slow);
+  report.straggler(kT0 + std::chrono::seconds(3), "rank 1", true, "straggler: rank 1 takes ...");
+  const json j = report.to_json();
+  const json& run1 = j["processes"][1]["runs"][0];
+  EXPECT_NEAR(run1["startup"]["spawn_s"].get<double>(), 0.004, 1e-9);
+  EXPECT_NEAR(run1["startup"]["store_s"].get<double>(), 1.504, 1e-9);
+  EXPECT_NEAR(run1["startup"]["first_step_s"].get<double>(), 1.204, 1e-9);
+  EXPECT_EQ(run1["pace"]["steps"], 300);
+  EXPECT_EQ(run1["pace"]["straggler"], true);
+  const json& slowest = j["generations"][0]["startup"];
+  EXPECT_EQ(slowest["store"]["process"], "rank 1");
+  EXPECT_EQ(slowest["communicator"]["process"], "rank 1");
+  EXPECT_EQ(slowest["spawn"]["process"], "rank 1");
+  EXPECT_NEAR(slowest["first_step"]["seconds"].get<double>(), 1.204, 1e-9);
+  EXPECT_EQ(j["stragglers"][0]["process"], "rank 1");
+  EXPECT_EQ(j["stragglers"][0]["named"], true);
+  const std::string html = report.to_html();
+  EXPECT_TRUE(contains(html, "<h2>Start-up by phase</h2>")) << html;
+  EXPECT_TRUE(contains(html, "<th class=\"num\">spawn</th><th class=\"num\">store</th><th "
+                             "class=\"num\">communicator</th><th class=\"num\">first step</th>"))
+      << html;
+  EXPECT_TRUE(contains(html, "<strong>1.504 s</strong>")) << html;
+  EXPECT_TRUE(contains(html, "<h2>Stragglers</h2>")) << html;
+  // A process that reported nothing: spawn only, and no pace.
+  RunReport quiet({"job", "hello", 0, 1});
+  quiet.generation_started(0, kT0, 1);
+  quiet.process_started("rank 0", false, 0, 0, 7, kT0 + spawn);
+  const json q = quiet.to_json();
+  EXPECT_TRUE(q["processes"][0]["runs"][0]["pace"].is_null());
+  EXPECT_EQ(q["processes"][0]["runs"][0]["startup"].size(), 1u);
+  EXPECT_TRUE(q["stragglers"].empty());
+}
+
 TEST(RunReport, ProcessesAreOrderedRanksThenServers) {
   RunReport report = small_report();
   report.process_started("server 1", true, 1, 0, 1, kT0);
