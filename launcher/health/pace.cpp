@@ -109,11 +109,13 @@ std::optional<PaceTracker::Verdict> PaceTracker::on_message(std::size_t i, const
   r.last_step = m.step;
   if (r.steps == 0) r.first_step_seconds = seconds_between(r.started_at, now);
   ++r.steps;
+  r.counted_own.reset();
   // Start-up and whatever came after a pause are not the pace of a step.
   if (r.steps <= kPaceWarmup || after_pause) return std::nullopt;
   const double interval = seconds_between(since, now);
+  r.counted_own = std::max(0.0, interval - m.waiting_seconds());
   push_window(r.intervals, interval);
-  push_window(r.own, std::max(0.0, interval - m.waiting_seconds()));
+  push_window(r.own, *r.counted_own);
   if (!r.baseline && r.own.size() == kPaceWindow) r.baseline = window_median(r.own);
   return options_.stragglers ? judge(i, now) : std::nullopt;
 }
@@ -214,6 +216,10 @@ std::optional<std::string> PaceTracker::late(Clock::time_point now) const {
          factor_text(options_.step_timeout_factor) + " times that, at least " +
          time_text(std::chrono::duration<double>(options_.step_timeout_floor).count()) +
          "); last steps: " + steps;
+}
+
+std::optional<double> PaceTracker::counted_own(std::size_t i) const {
+  return i < ranks_.size() ? ranks_[i].counted_own : std::nullopt;
 }
 
 PaceTracker::Summary PaceTracker::summary(std::size_t i) const {

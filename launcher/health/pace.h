@@ -66,6 +66,10 @@ class PaceTracker {
   };
   std::optional<Verdict> on_message(std::size_t i, const ProgressMessage& m, Clock::time_point now);
 
+  // The own time (seconds) of process `i`'s latest step when that step was counted (not a
+  // start-up step, not the one after a pause); nullopt otherwise.
+  std::optional<double> counted_own(std::size_t i) const;
+
   // The step timeout: a line naming the late ranks, when any is late at `now`.
   std::optional<std::string> late(Clock::time_point now) const;
   // When the step timeout should be asked next: the earliest deadline; nullopt when none runs.
@@ -102,7 +106,8 @@ class PaceTracker {
     std::optional<double> first_step_seconds;
     std::deque<double> intervals;  // seconds, the last kPaceWindow
     std::deque<double> own;
-    std::optional<double> baseline;  // the median of its first full window of own times
+    std::optional<double> baseline;     // the median of its first full window of own times
+    std::optional<double> counted_own;  // its latest step's own time, when counted
     int slow_streak = 0;
     int normal_streak = 0;
     bool named = false;

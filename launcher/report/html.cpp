@@ -390,6 +390,80 @@ std::string loss_chart(const std::vector<Lane>& lanes) {
          "<p class=\"note\">" + esc(note) + "</p></figure>\n";
 }
 
+// Each rank's own time per step (the step minus its time waiting for the other ranks; from the
+// steps it reported on DDL_PROGRESS_FD), over the steps: a straggler is the line above the others.
+// A curve breaks where a generation starts; later generations dash.
+std::string step_time_chart(const std::vector<Lane>& lanes) {
+  struct Point {
+    int generation;
+    double step;
+    double ms;
+  };
+  struct Curve {
+    const Lane* lane;
+    std::vector<Point> points;
+  };
+  std::vector<Curve> curves;
+  double min_x = INFINITY, max_x = -INFINITY, max_y = 0;
+  for (const Lane& lane : lanes) {
+    Curve c{&lane, {}};
+    for (const json& p : array(field(*lane.process, "step_times"), "points")) {
+      if (!p.is_array() || p.size() < 3 || !p[0].is_number() || !p[1].is_number() ||
+          !p[2].is_number() || !std::isfinite(p[2].get<double>())) {
+        continue;
+      }
+      c.points.push_back({p[0].get<int>(), p[1].get<double>(), p[2].get<double>() * 1000});
+      min_x = std::min(min_x, c.points.back().step);
+      max_x = std::max(max_x, c.points.back().step);
+      max_y = std::max(max_y, c.points.back().ms);
+    }
+    if (!c.points.empty()) curves.push_back(std::move(c));
+  }
+  if (curves.empty()) return {};
+  std::vector<LegendItem> legend;
+  for (const Curve& c : curves) legend.push_back({c.lane->name, c.lane->color});
+  const double width = 1100;
+  Plot p;
+  p.left = 70;
+  p.width = width - p.left - 24;
+  p.top = 14 + legend_rows(legend, p.width) * kLegendRow + 8;
+  p.height = 240;
+  const double height = p.top + p.height + 48;
+  p.x = min_x == max_x ? nice_scale(std::max(0.0, min_x - 1), max_x + 1, 10, true)
+                       : nice_scale(min_x, max_x, 10, true);
+  p.y = nice_scale(0, max_y * 1.05, 6, false);
+  std::string svg = svg_open(width, height, "own time per step per rank");
+  draw_legend(svg, legend, p.left, 18, p.width);
+  draw_axes(svg, p, "step", "own time per step (ms)");
+  for (const Curve& c : curves) {
+    const int first_generation = c.points.front().generation;
+    std::size_t begin = 0;
+    while (begin < c.points.size()) {
+      std::size_t end = begin + 1;
+      while (end < c.points.size() && c.points[end].generation == c.points[begin].generation &&
+             c.points[end].step >= c.points[end - 1].step) {
+        ++end;
+      }
+      const std::string dash =
+          c.points[begin].generation != first_generation ? " stroke-dasharray=\"7 4\"" : "";
+      svg += "<polyline class=\"series\" data-name=\"" + esc(c.lane->name) + "\" stroke=\"" +
+             c.lane->color + "\"" + dash + " points=\"";
+      for (std::size_t i = begin; i < end; ++i) {
+        svg += px(p.px_of(c.points[i].step)) + "," + px(p.py_of(c.points[i].ms)) + " ";
+      }
+      svg.back() = '"';
+      svg += "><title>" + esc(c.lane->name) + ", generation " +
+             std::to_string(c.points[begin].generation) + "</title></polyline>\n";
+      begin = end;
+    }
+  }
+  svg += "</svg>\n";
+  return "<figure class=\"wide\"><figcaption>Own time per step</figcaption>\n" + svg +
+         "<p class=\"note\">From the steps each rank reported (DDL_PROGRESS_FD): the step minus "
+         "its time waiting for the other ranks; a straggler is the line above the others. Long "
+         "runs are thinned evenly; dashed: after a restart.</p></figure>\n";
+}
+
 // The test accuracy after each epoch; when a restart ran an epoch again, its latest generation's
 // figure. Ranks usually agree exactly (they hold the same parameters), so earlier ranks are drawn
 // wider underneath later ones and every rank stays visible.
@@ -918,14 +992,15 @@ std::string render_report_html(const json& report) {
   const std::string loss = loss_chart(lanes);
   const std::string accuracy = accuracy_chart(lanes);
   const std::string throughput = throughput_chart(lanes);
+  const std::string step_times = step_time_chart(lanes);
   html += "<section><h2>Training</h2>\n";
-  if (loss.empty() && accuracy.empty() && throughput.empty()) {
+  if (loss.empty() && accuracy.empty() && throughput.empty() && step_times.empty()) {
     html +=
         "<p class=\"empty\">No training metrics in the output (no line of the form "
         "\"epoch: E, batch: B, loss is: [L]\", \"epoch: E, test accuracy: ...\" or "
         "\"epoch: E, mean loss: L, images/s: R\").</p>\n";
   } else {
-    html += "<div class=\"charts\">\n" + loss + accuracy + throughput + "</div>\n";
+    html += "<div class=\"charts\">\n" + loss + accuracy + throughput + step_times + "</div>\n";
   }
   html += "</section>\n";
 

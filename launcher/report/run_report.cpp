@@ -34,13 +34,21 @@ struct LossPoint {
   double loss = 0;
 };
 
-// Loss points thinned evenly: point number n (from 0, in arrival order) is kept while
+// A rank's own time in one step (launcher/health/pace.h), for the step-time chart.
+struct StepPoint {
+  int generation = 0;
+  std::int64_t step = 0;
+  double own_seconds = 0;
+};
+
+// Points thinned evenly: point number n (from 0, in arrival order) is kept while
 // n % stride == 0; when more than kMaxLossPoints are kept, every other one goes and the stride
 // doubles. The newest point is kept aside when the stride skips it, so the curve always ends
 // where the training is.
-class LossSeries {
+template <typename Point>
+class ThinnedSeries {
  public:
-  void add(const LossPoint& point) {
+  void add(const Point& point) {
     if (seen_ % stride_ == 0) {
       kept_.push_back(point);
       latest_.reset();
@@ -51,8 +59,8 @@ class LossSeries {
     ++seen_;
   }
 
-  std::vector<LossPoint> points() const {
-    std::vector<LossPoint> all = kept_;
+  std::vector<Point> points() const {
+    std::vector<Point> all = kept_;
     if (latest_) all.push_back(*latest_);
     return all;
   }
@@ -61,7 +69,7 @@ class LossSeries {
 
  private:
   void thin() {
-    const LossPoint newest = kept_.back();
+    const Point newest = kept_.back();
     std::size_t out = 0;
     for (std::size_t i = 0; i < kept_.size(); i += 2) kept_[out++] = kept_[i];
     const bool newest_dropped = kept_.size() % 2 == 0;  // it sat at an odd position
@@ -70,11 +78,14 @@ class LossSeries {
     if (newest_dropped) latest_ = newest;
   }
 
-  std::vector<LossPoint> kept_;
-  std::optional<LossPoint> latest_;
+  std::vector<Point> kept_;
+  std::optional<Point> latest_;
   long long seen_ = 0;
   long long stride_ = 1;
 };
+
+using LossSeries = ThinnedSeries<LossPoint>;
+using StepSeries = ThinnedSeries<StepPoint>;
 
 struct EpochRecord {
   std::optional<double> mean_loss;
@@ -113,6 +124,7 @@ struct Process {
   long long dropped_epoch_lines = 0;  // metric lines of epochs past kMaxEpochRecords
   std::map<std::pair<int, long>, EpochRecord> epochs;  // by (generation, epoch)
   LossSeries loss;
+  StepSeries steps;
 };
 
 struct Generation {
@@ -424,6 +436,11 @@ void RunReport::process_pace(const std::string& name, int generation, const RunP
   }
 }
 
+void RunReport::process_step(const std::string& name, std::int64_t step, double own_seconds) {
+  Process& p = state_->process(name);
+  p.steps.add(StepPoint{p.generation, step, own_seconds});
+}
+
 void RunReport::straggler(WallClock::time_point at, const std::string& name, bool named,
                           const std::string& line) {
   if (state_->stragglers.size() >= kMaxStragglerEvents) {
@@ -554,6 +571,14 @@ json RunReport::to_json() const {
                  {"stride", p->loss.stride()},
                  {"fields", {"generation", "epoch", "batch", "loss"}},
                  {"points", points}};
+    json step_points = json::array();
+    for (const StepPoint& sp : p->steps.points()) {
+      step_points.push_back({sp.generation, sp.step, sp.own_seconds});
+    }
+    j["step_times"] = {{"seen", p->steps.seen()},
+                       {"stride", p->steps.stride()},
+                       {"fields", {"generation", "step", "own_s"}},
+                       {"points", step_points}};
     j["runs"] = runs;
     processes.push_back(j);
   }

@@ -123,6 +123,10 @@ class RunReport {
   // Process `name`'s pace in its run of `generation`, told when that run ends.
   void process_pace(const std::string& name, int generation, const RunPace& pace);
 
+  // Process `name` finished `step` (in the generation of its latest start) with `own_seconds` of
+  // its own (the step minus its time waiting for the other ranks). Kept as the loss points are.
+  void process_step(const std::string& name, std::int64_t step, double own_seconds);
+
   // A straggler was named (`named`) or recovered at `at`; `line` is what the launcher logged.
   void straggler(WallClock::time_point at, const std::string& name, bool named,
                  const std::string& line);
@@ -153,6 +157,8 @@ class RunReport {
   //                                last_checkpoint, step_s, own_s, straggler), startup (null, or
   //                                seconds from the generation's start: spawn_s, one per
   //                                reported phase (store_s, communicator_s), first_step_s)
+  //                                step_times (seen, stride, fields, points[] as [generation,
+  //                                step, own_s]: each counted step's own time, thinned as loss)
   //   stragglers[]                 process, at, named (false: recovered), line; at most
   //                                kMaxStragglerEvents, then stragglers_dropped counts
   // Times appear twice: "start" as ISO 8601 UTC text with milliseconds and "start_ms" as

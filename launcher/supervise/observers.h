@@ -7,6 +7,8 @@
 // does nothing unless overridden.
 #pragma once
 
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -30,6 +32,9 @@ class SupervisorObserver {
   virtual void process_started(Generation /*g*/, const Process& /*p*/) {}
   // One whole output line of process `name` ("rank 3"), without its newline.
   virtual void process_line(const std::string& /*name*/, const std::string& /*line*/) {}
+  // Process `p` finished `step`, `own_seconds` of it its own (a step pace.h counts).
+  virtual void step_time(Generation /*g*/, const Process& /*p*/, std::int64_t /*step*/,
+                         double /*own_seconds*/) {}
   // A straggler was named, or recovered (pace.h; the line is already logged).
   virtual void straggler(Generation /*g*/, const PaceTracker::Verdict& /*verdict*/) {}
   // Process `p` of generation `g` is reaped (process_exited follows): its pace in `g`.
@@ -49,5 +54,7 @@ class SupervisorObserver {
   // generation's, its cause named, the summary already logged.
   virtual void job_ended(int /*exit_code*/, const Outcome& /*outcome*/) {}
 };
+
+using Observers = std::vector<std::unique_ptr<SupervisorObserver>>;
 
 }  // namespace ddl::launcher

@@ -35,11 +35,13 @@ std::string stopped_note(const WorkerGroup& group) {
 
 }  // namespace
 
-PaceGuard::PaceGuard(boost::asio::io_context& io, PaceOptions options, std::string where)
-    : timer_(io), tracker_(options, {}, std::move(where)) {}
+PaceGuard::PaceGuard(boost::asio::io_context& io, PaceOptions options, std::string where,
+                     const Observers& observers)
+    : timer_(io), tracker_(options, {}, std::move(where)), observers_(observers) {}
 
-void PaceGuard::begin_generation(const WorkerGroup& group, Watching watching, Late late,
-                                 Straggler straggler) {
+void PaceGuard::begin_generation(const WorkerGroup& group, Generation g, Watching watching,
+                                 Late late) {
+  generation_ = g;
   timer_.cancel();
   armed_for_.reset();
   group_ = &group;
@@ -50,7 +52,6 @@ void PaceGuard::begin_generation(const WorkerGroup& group, Watching watching, La
   tracker_.begin_generation(std::move(names));
   watching_ = std::move(watching);
   late_ = std::move(late);
-  straggler_ = std::move(straggler);
 }
 
 void PaceGuard::cancel() {
@@ -82,9 +83,15 @@ void PaceGuard::on_line(std::size_t i, const std::string& line) {
     }
     return;
   }
-  if (auto verdict = tracker_.on_message(i, *message, PaceTracker::Clock::now())) {
+  const auto verdict = tracker_.on_message(i, *message, PaceTracker::Clock::now());
+  if (const auto own = tracker_.counted_own(i);
+      own && message->kind == ProgressMessage::Kind::kStep && group_ != nullptr) {
+    for (auto& o : observers_)
+      o->step_time(generation_, *group_->processes()[i], message->step, *own);
+  }
+  if (verdict) {
     spdlog::warn("{}", verdict->message);
-    if (straggler_) straggler_(*verdict);
+    for (auto& o : observers_) o->straggler(generation_, *verdict);
   }
   if (message->kind == ProgressMessage::Kind::kStep ||
       message->kind == ProgressMessage::Kind::kPause) {

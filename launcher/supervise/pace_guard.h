@@ -15,6 +15,7 @@
 
 #include "launcher/health/ledger.h"
 #include "launcher/health/pace.h"
+#include "launcher/supervise/observers.h"
 #include "launcher/supervise/restart_policy.h"
 #include "launcher/supervise/worker_group.h"
 
@@ -23,17 +24,17 @@ namespace ddl::launcher {
 class PaceGuard {
  public:
   // `watching()`: asked at every wake-up; false ends the watch. `late(message)`: a rank is past
-  // the step timeout. `verdict(v)`: a straggler was named or recovered (already logged).
+  // the step timeout.
   using Watching = std::function<bool()>;
   using Late = std::function<void(const std::string& message)>;
-  using Straggler = std::function<void(const PaceTracker::Verdict& verdict)>;
 
-  // `where`: this node in straggler lines ("on node 1 (host-b)"), may be empty.
-  PaceGuard(boost::asio::io_context& io, PaceOptions options, std::string where);
+  // `where`: this node in straggler lines ("on node 1 (host-b)"), may be empty. `observers` (must
+  // outlive the guard) are told each counted step's own time and each straggler verdict.
+  PaceGuard(boost::asio::io_context& io, PaceOptions options, std::string where,
+            const Observers& observers);
 
-  // A new generation of `group`: forgets the previous one's pace.
-  void begin_generation(const WorkerGroup& group, Watching watching, Late late,
-                        Straggler straggler);
+  // Generation `g` of `group` begins: the previous one's pace is forgotten.
+  void begin_generation(const WorkerGroup& group, Generation g, Watching watching, Late late);
   void started(std::size_t i);
   void exited(std::size_t i);
   // A progress line of process `i`.
@@ -60,7 +61,8 @@ class PaceGuard {
   std::optional<PaceTracker::Clock::time_point> armed_for_;
   Watching watching_;
   Late late_;
-  Straggler straggler_;
+  const Observers& observers_;
+  Generation generation_;
 };
 
 }  // namespace ddl::launcher

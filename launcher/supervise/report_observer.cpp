@@ -33,6 +33,11 @@ void ReportObserver::process_line(const std::string& name, const std::string& li
   report_.process_line(name, line);
 }
 
+void ReportObserver::step_time(Generation, const Process& p, std::int64_t step,
+                               double own_seconds) {
+  report_.process_step(p.name, step, own_seconds);
+}
+
 void ReportObserver::straggler(Generation, const PaceTracker::Verdict& verdict) {
   report_.straggler(WallClock::now(), verdict.name, verdict.straggler, verdict.message);
 }

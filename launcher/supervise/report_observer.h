@@ -22,6 +22,7 @@ class ReportObserver : public SupervisorObserver {
   void generation_started(Generation g, const std::vector<Worker>& workers) override;
   void process_started(Generation g, const Process& p) override;
   void process_line(const std::string& name, const std::string& line) override;
+  void step_time(Generation g, const Process& p, std::int64_t step, double own_seconds) override;
   void straggler(Generation g, const PaceTracker::Verdict& verdict) override;
   void pace(Generation g, const Process& p, const PaceTracker::Summary& pace) override;
   void process_exited(Generation g, const Process& p) override;

@@ -49,7 +49,7 @@ class Supervisor {
                  [this](const std::string& name, const std::string& line) {
                    for (auto& o : observers_) o->process_line(name, line);
                  }),
-        pace_guard_(io_, options.pace, options.node_label),
+        pace_guard_(io_, options.pace, options.node_label, observers_),
         group_(io_, options.kill_timeout,
                WorkerGroup::Events{[this](Process& p) { on_exited(p); }, [this] { maybe_finish(); },
                                    [this](Process& p, const std::string& line) {
@@ -312,11 +312,8 @@ class Supervisor {
     };
   }
   void arm_pace_guard() {
-    pace_guard_.begin_generation(
-        group_, watching(), [this](const std::string& message) { on_hang(message); },
-        [this, generation = generation_](const PaceTracker::Verdict& v) {
-          for (auto& o : observers_) o->straggler(generation, v);
-        });
+    pace_guard_.begin_generation(group_, generation_, watching(),
+                                 [this](const std::string& message) { on_hang(message); });
   }
 
   void on_hang(const std::string& message) {
@@ -471,8 +468,8 @@ class Supervisor {
   const GenerationFactory& make_generation_;
   asio::io_context io_;
   asio::signal_set signals_;
-  asio::steady_timer grace_timer_;                              // servers after the trainers
-  std::vector<std::unique_ptr<SupervisorObserver>> observers_;  // fed by outputs_ too
+  asio::steady_timer grace_timer_;  // servers after the trainers
+  Observers observers_;             // fed by outputs_ and pace_guard_ too
   JobOutputs outputs_;
   PaceGuard pace_guard_;  // before group_, whose handlers feed it
   WorkerGroup group_;

@@ -230,6 +230,10 @@ TEST(RunReport, StartUpByPhasePaceAndStragglers) {
   report.process_pace("rank 0", 0, fast);
   report.process_pace("rank 1", 0, slow);
   report.straggler(kT0 + std::chrono::seconds(3), "rank 1", true, "straggler: rank 1 takes ...");
+  for (int step = 3; step <= 10; ++step) {
+    report.process_step("rank 0", step, 0.016);
+    report.process_step("rank 1", step, 0.032);
+  }
   const json j = report.to_json();
   const json& run1 = j["processes"][1]["runs"][0];
   EXPECT_NEAR(run1["startup"]["spawn_s"].get<double>(), 0.004, 1e-9);
@@ -246,11 +250,16 @@ TEST(RunReport, StartUpByPhasePaceAndStragglers) {
   EXPECT_EQ(j["stragglers"][0]["named"], true);
   const std::string html = report.to_html();
   EXPECT_TRUE(contains(html, "<h2>Start-up by phase</h2>")) << html;
-  EXPECT_TRUE(contains(html, "<th class=\"num\">spawn</th><th class=\"num\">store</th><th "
-                             "class=\"num\">communicator</th><th class=\"num\">first step</th>"))
+  EXPECT_TRUE(contains(html,
+                       "<th class=\"num\">spawn</th><th class=\"num\">store</th><th "
+                       "class=\"num\">communicator</th><th class=\"num\">first step</th>"))
       << html;
   EXPECT_TRUE(contains(html, "<strong>1.504 s</strong>")) << html;
   EXPECT_TRUE(contains(html, "<h2>Stragglers</h2>")) << html;
+  EXPECT_EQ(j["processes"][1]["step_times"]["points"].size(), 8u);
+  EXPECT_EQ(j["processes"][1]["step_times"]["points"][0], json({0, 3, 0.032}));
+  EXPECT_TRUE(contains(html, "<figcaption>Own time per step</figcaption>")) << html;
+  EXPECT_TRUE(contains(html, "own time per step (ms)")) << html;
   // A process that reported nothing: spawn only, and no pace.
   RunReport quiet({"job", "hello", 0, 1});
   quiet.generation_started(0, kT0, 1);
