@@ -131,12 +131,20 @@ std::optional<PaceTracker::Verdict> PaceTracker::judge(std::size_t i, Clock::tim
   }
   if (others.empty()) return std::nullopt;
   const double x = window_median(r.own);
+  // The kSlowSteps-th largest own time of the window: over a threshold only when at least
+  // kSlowSteps of the last kPaceWindow steps are.
+  std::vector<double> sorted(r.own.begin(), r.own.end());
+  std::sort(sorted.begin(), sorted.end());
+  const double q = sorted[kPaceWindow - kSlowSteps];
   const double m = median_of(others);
   std::vector<double> deviations;
   for (const double o : others) deviations.push_back(std::fabs(o - m));
   const double mad = median_of(deviations);
-  const bool slow =
-      x >= options_.straggler_ratio * m && x - m > std::max(3 * 1.4826 * mad, kStragglerMinGap);
+  // Slow against the others, and turned slow against its own earlier pace; and slower than the
+  // others at nearly every step of the window, not in a brief spell.
+  const double ratio = options_.straggler_ratio;
+  const bool slow = x >= ratio * m && x - m > std::max(3 * 1.4826 * mad, kStragglerMinGap) &&
+                    r.baseline && x >= ratio * *r.baseline && q >= (1 + (ratio - 1) / 2) * m;
   const bool normal = x < kRecoveredRatio * m;
   r.slow_streak = slow ? r.slow_streak + 1 : 0;
   r.normal_streak = normal ? r.normal_streak + 1 : 0;

@@ -7,12 +7,19 @@
 // the step after a "pause" (an evaluation or checkpoint is not a step).
 //
 // Stragglers: at each step of rank r, once r and at least one other rank have a full window,
-// r's own time x (its window's median) is compared with the median m of the other ranks' own
-// times and their spread (MAD, the median absolute deviation). r is slow when
-//   x >= ratio * m  and  x - m > max(3 * 1.4826 * MAD, kStragglerMinGap);
-// slow at kPaceSustain steps in a row, it is named once (with its own earlier pace, the median of
-// its first full window); back under kRecoveredRatio * m for kPaceSustain steps, it is said to
-// have recovered and may be named again.
+// r's own times are compared with the median m of the other ranks' own times (each rank's window
+// median) and their spread (MAD, the median absolute deviation), and with its own earlier pace b
+// (the median of its first full window). Let x be r's window median and q its kSlowSteps-th
+// largest own time (at least kSlowSteps of its last kPaceWindow steps took q or more). r is slow
+// when it has turned slow, against the others and against itself, at nearly every step:
+//   x >= ratio * m  and  x - m > max(3 * 1.4826 * MAD, kStragglerMinGap)  and  x >= ratio * b
+//   and  q >= (1 + (ratio - 1) / 2) * m;
+// slow at kPaceSustain steps in a row, it is named once, with its window's median; its median
+// back under kRecoveredRatio * m for kPaceSustain steps, it is said to have recovered and may be
+// named again. So a rank that turns twice as slow is named at its 7th slow step; a spell of
+// slowness shorter than kSlowSteps steps (a rank descheduled for a while on a node with more
+// ranks than cores) is never named; nor is a rank slower than the others from its first steps on
+// (other hardware): the pre-flight check is the place for it.
 //
 // Step timeout: once some rank has a full window, the job's pace p is the median of the ranks'
 // interval medians; a running rank that has reported a step and is not paused is late when its
@@ -33,8 +40,9 @@
 
 namespace ddl::launcher {
 
-inline constexpr std::size_t kPaceWindow = 5;      // steps per rank in its median
-inline constexpr int kPaceSustain = 3;             // verdicts in a row before naming (or clearing)
+inline constexpr std::size_t kPaceWindow = 7;      // steps per rank in its median
+inline constexpr std::size_t kSlowSteps = 6;       // of the window's steps, slow ones to be slow
+inline constexpr int kPaceSustain = 2;             // verdicts in a row before naming (or clearing)
 inline constexpr int kPaceWarmup = 2;              // first steps of a start not counted
 inline constexpr double kRecoveredRatio = 1.2;     // back under this: recovered
 inline constexpr double kStragglerMinGap = 0.005;  // seconds: smaller gaps are noise

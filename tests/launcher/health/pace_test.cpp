@@ -143,11 +143,12 @@ TEST(Straggler, ARankTwiceAsSlowIsNamedWithinTenSteps) {
     if (!s.verdicts().empty()) named_after = k;
   }
   ASSERT_GT(named_after, 0) << "not named within 10 steps";
+  EXPECT_EQ(named_after, static_cast<int>(kSlowSteps) + kPaceSustain - 1);
   const auto& v = s.verdicts().front();
   EXPECT_TRUE(v.straggler);
   EXPECT_EQ(v.process, 2u);
   EXPECT_NE(v.message.find("straggler: rank 2 on node 0 takes 200.0 ms of its own per step, "
-                           "2.00x the other ranks' median 100.0 ms"),
+                           "2.00x the other ranks' median 100.0 ms (last 7 steps"),
             std::string::npos)
       << v.message;
   EXPECT_NE(v.message.find("its own first steps took 99.0 ms"), std::string::npos) << v.message;
@@ -172,8 +173,10 @@ TEST(Straggler, RecoveryIsSaidAndTheRankMayBeNamedAgain) {
 }
 
 TEST(Straggler, InASynchronousJobTheOwnTimeTellsWhoItIs) {
-  // Every step takes 200 ms everywhere; rank 1 computes for 190 of them, the others wait 100.
+  // Every step takes 100 ms, each rank's own; then 200 ms everywhere: rank 1 computes for 190 of
+  // them, the others wait 100.
   Steps s(3);
+  for (int k = 0; k < 12; ++k) s.round({100, 100, 100});
   for (int k = 0; k < 15; ++k) {
     s.step(0, 200, 100);
     s.step(1, 200, 10);
@@ -203,6 +206,19 @@ TEST(Straggler, NoiseEqualRanksAndSmallGapsAreNotStragglers) {
   Steps quiet(2, off);
   for (int k = 0; k < 30; ++k) quiet.round({50, 200});
   EXPECT_TRUE(quiet.verdicts().empty());
+}
+
+TEST(Straggler, ASlowerRankFromTheStartOrABriefSpellIsNotAStraggler) {
+  // Other hardware: rank 1 always twice as slow.
+  Steps always(2);
+  for (int k = 0; k < 40; ++k) always.round({50, 100});
+  EXPECT_TRUE(always.verdicts().empty());
+  // A rank descheduled for 5 steps (a node with more ranks than cores).
+  Steps brief(4);
+  for (int k = 0; k < 20; ++k) brief.round({30, 30, 31, 29});
+  for (int k = 0; k < 5; ++k) brief.round({30, 30, 31, 70});
+  for (int k = 0; k < 20; ++k) brief.round({30, 30, 31, 29});
+  EXPECT_TRUE(brief.verdicts().empty()) << brief.verdicts()[0].message;
 }
 
 TEST(Straggler, StartUpAndStepsAfterAPauseDoNotCount) {
