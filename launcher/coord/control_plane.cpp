@@ -102,6 +102,7 @@ Membership membership_of(const Members& members, int me, bool equal_node_sizes) 
                          std::to_string(nodes[0]) + " " + std::to_string(m.endpoints.size() / i));
     }
     m.endpoints.insert(m.endpoints.end(), theirs.begin(), theirs.end());
+    m.hosts.push_back(theirs.empty() ? std::string() : theirs.front().host);
   }
   return m;
 }

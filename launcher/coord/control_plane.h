@@ -10,6 +10,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -70,6 +71,7 @@ struct Membership {
   Generation generation;
   std::vector<int> nodes;                // taking part, ascending node ranks
   std::vector<env::Endpoint> endpoints;  // every rank's, member-major
+  std::vector<std::string> hosts;        // each member's address (its first endpoint's host)
   int position = 0;                      // this node's index in `nodes` (its node rank in plans)
 };
 
@@ -135,6 +137,14 @@ class Control {
   // rendezvous deadline, a lost node of a fixed-size job, this node left out of a generation it
   // was restarting into, a description that differs, a lost connection.
   virtual Membership join_generation(Generation generation) = 0;
+
+  // Every member of `generation` (the one join_generation returned last) publishes `payload`
+  // under `topic`; returns each member's, by node rank, once every member's is there. Throws
+  // ControlError naming the members missing at `timeout`, or when the job failed or the
+  // generation ended meanwhile. The pre-flight check's exchange (launcher/preflight/check.h).
+  virtual std::map<int, std::string> gather(Generation generation, const std::string& topic,
+                                            const std::string& payload,
+                                            std::chrono::milliseconds timeout) = 0;
 
   // This node's processes of `generation` failed / all exited 0. Thread-safe; never throw.
   virtual void report_generation_failure(Generation generation, const FailureNotice& notice) = 0;

@@ -576,7 +576,11 @@ std::optional<std::vector<int>> ControlEngine::decide(int generation, Clock::tim
   if (!options_.elastic() || generation == 0) {
     for (int n = 0; n < options_.nnodes; ++n) c.expected.insert(n);
   } else {
-    c.expected.insert(d.previous.begin(), d.previous.end());
+    // A member that said goodbye (a node the pre-flight check sent away) is not waited for.
+    for (int n : d.previous) {
+      const std::string* l = d.roll.launcher(n);
+      if (l == nullptr || !d.roll.gone.count(*l)) c.expected.insert(n);
+    }
     for (const Entry& e : read_entries(*store_, "waiting", d.waiting_at)) d.waiting.insert(e.node);
     for (int n : d.waiting) {
       if (d.roll.present.count(n)) c.expected.insert(n);
@@ -668,9 +672,61 @@ Membership ControlEngine::join_generation(Generation requested) {
     std::lock_guard<std::mutex> state(mutex_);
     current_generation_ = generation;
     current_members_ = members.nodes;
+    current_launchers_ = members.launchers;
     return m;
   } catch (const ControlStoreError& e) {
     throw ControlError("node " + std::to_string(me) + ": " + e.what());
+  }
+}
+
+std::map<int, std::string> ControlEngine::gather(Generation generation, const std::string& topic,
+                                                 const std::string& payload, milliseconds timeout) {
+  const int k = generation.index();
+  std::vector<int> members;
+  std::vector<std::string> launchers;
+  {
+    std::lock_guard<std::mutex> state(mutex_);
+    if (current_generation_ != k) {
+      throw ControlError("node " + std::to_string(options_.node_rank) + " is not in generation " +
+                         std::to_string(k));
+    }
+    members = current_members_;
+    launchers = current_launchers_;
+  }
+  const std::string roster = gen(topic, k);
+  const std::string what = "'" + topic + "' of generation " + std::to_string(k);
+  const auto deadline = Clock::now() + timeout;
+  std::map<int, std::string> out;
+  RosterCursor cursor = 0;
+  std::lock_guard<std::mutex> lock(store_mutex_);
+  try {
+    append(*store_, roster, payload);
+    while (true) {
+      for (Entry& e : read_entries(*store_, roster, cursor)) {
+        const auto at = std::find(members.begin(), members.end(), e.node);
+        if (at == members.end()) continue;
+        const std::size_t i = static_cast<std::size_t>(at - members.begin());
+        if (i < launchers.size() && launchers[i] != e.launcher) continue;
+        out.emplace(e.node, std::move(e.payload));
+      }
+      if (out.size() == members.size()) return out;
+      check_not_over("during the " + what);
+      if (std::optional<Entry> ended = first_entry(*store_, gen("gend", k))) {
+        throw ControlError("generation " + std::to_string(k) + " ended during the " + what);
+      }
+      const auto now = Clock::now();
+      if (now >= deadline) {
+        std::set<int> missing(members.begin(), members.end());
+        for (const auto& [node, ignored] : out) missing.erase(node);
+        throw ControlError("node(s) " + node_list(missing) + " did not publish the " + what +
+                           " within " + seconds_text(timeout) + " s");
+      }
+      store_->wait(name(roster), cursor,
+                   std::min(options_.heartbeat_interval,
+                            std::chrono::duration_cast<milliseconds>(deadline - now)));
+    }
+  } catch (const ControlStoreError& e) {
+    throw ControlError("node " + std::to_string(options_.node_rank) + ": " + e.what());
   }
 }
 

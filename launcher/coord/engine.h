@@ -30,6 +30,8 @@
 //   every node. How K ended is the first verified entry of "gend/<K>": a failure, a lost member,
 //   an admission (elastic: a node waiting in "waiting" fails the running generation while
 //   restarts are left), or success once every member appended to "done/<K>".
+// - Exchanges (gather): each member of generation K appends to "<topic>/<K>"; an entry counts
+//   when its writer is the member's launcher.
 // - The job's failure: the first verified entry of "failed" (exit code 1..255). A node named by
 //   it that did not publish it stops too. "over": the job ended, nobody is admitted any more.
 //   "bye": a node is done; in a store that outlives the launchers, the last one out erases the run.
@@ -69,6 +71,9 @@ class ControlEngine final : public Control {
                        const std::string& proposed_job_id,
                        const std::string& proposed_job_secret = {}) override;
   Membership join_generation(Generation generation) override;
+  std::map<int, std::string> gather(Generation generation, const std::string& topic,
+                                    const std::string& payload,
+                                    std::chrono::milliseconds timeout) override;
   void report_generation_failure(Generation generation, const FailureNotice& notice) override;
   void report_generation_success(Generation generation) override;
   void watch(std::shared_ptr<ExternalStop> stop) override;
@@ -166,6 +171,7 @@ class ControlEngine final : public Control {
   std::set<std::string> checked_;  // launchers whose description was compared with this one's
   int current_generation_ = -1;
   std::vector<int> current_members_;
+  std::vector<std::string> current_launchers_;  // theirs, as current_members_
   std::optional<FailureRecord> seen_failure_;
   std::optional<FailureRecord> peer_generation_failure_;
   std::optional<std::string> lost_;  // why this node lost the job, when it did

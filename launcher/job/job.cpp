@@ -25,6 +25,7 @@
 #include "launcher/coord/control_plane.h"
 #include "launcher/coord/munge_auth.h"
 #include "launcher/job/identity.h"
+#include "launcher/preflight/check.h"
 #include "launcher/report/run_report.h"
 #include "launcher/supervise/cpu_binding.h"
 #include "launcher/supervise/supervisor.h"
@@ -265,7 +266,7 @@ std::unique_ptr<Control> form_multi_node_job(const LaunchOptions& options, const
                                              const std::optional<std::string>& caller_job_id,
                                              const std::string& secret, bool by_munge,
                                              std::string& job_id, PlanInputs& inputs,
-                                             Generation& first,
+                                             Generation& first, Membership& joined,
                                              std::shared_ptr<ExternalStop> stop) {
   std::shared_ptr<const MungeAdmission> munge =
       by_munge ? munge_admission(topology, inputs.caller_env, caller_job_id) : nullptr;
@@ -291,6 +292,7 @@ std::unique_ptr<Control> form_multi_node_job(const LaunchOptions& options, const
     const Membership membership = control->join_generation(Generation());
     use_membership(membership, inputs);
     first = membership.generation;
+    joined = membership;
   } catch (const std::exception&) {
     control->abandon();
     throw;
@@ -445,7 +447,8 @@ class JobRun {
     } else if (topology_.multi_node()) {
       control_ = form_multi_node_job(options_, config_, topology_, caller_job_id_, identity_.secret,
                                      identity_.mode == IdentityMode::kMunge, job_id_, inputs_,
-                                     first_generation_, stop_);
+                                     first_generation_, first_membership_, stop_);
+      check_nodes(first_membership_, true);
     }
     inputs_.job_id = job_id_;
     choose_error_file_dir();
@@ -592,10 +595,77 @@ class JobRun {
                            " without this node");
       }
       use_membership(membership, inputs_);
+      check_nodes(membership, false);
     }
     PlanInputs in = inputs_;
     in.generation = generation;
     return make_plan(config_, in);
+  }
+
+  // The pre-flight check (--preflight) of the generation just joined: every member measures and
+  // reaches the same verdict (launcher/preflight/check.h); preflight::decide says what follows.
+  // `first`: before the supervisor runs, so a stop or a departure is told to the others here.
+  void check_nodes(const Membership& membership, bool first) {
+    if (!options_.preflight.enabled || membership.nodes.size() < 2) return;
+    preflight::CheckOptions check;
+    check.ratio = options_.preflight.ratio;
+    preflight::CheckResult result;
+    try {
+      result = preflight::run_check(*control_, membership, check);
+    } catch (const std::exception& e) {
+      if (first) fail_here(std::string("the pre-flight check: ") + e.what());
+      throw;
+    }
+    spdlog::info("{}", preflight::summary_line(result));
+    preflight::JobShape shape;
+    shape.me = topology_.node_rank;
+    shape.elastic = topology_.elastic();
+    shape.min_nodes = topology_.elastic() ? topology_.min_nnodes : topology_.nnodes;
+    shape.restart_left = membership.generation.index() < options_.max_restarts;
+    if (!topology_.etcd()) shape.store_host = 0;
+    const preflight::Decision decision =
+        preflight::decide(result.verdict, membership.generation.index(), shape);
+    record_check(result, decision.action == preflight::Action::kGoOn ? "passed" : decision.line);
+    switch (decision.action) {
+      case preflight::Action::kGoOn:
+        return;
+      case preflight::Action::kRestartWithout:
+        spdlog::warn("{}", decision.line);
+        return;
+      case preflight::Action::kStop:
+        if (first) fail_here(decision.line);
+        throw ControlError(decision.line);
+      case preflight::Action::kLeave:
+        // Not the job's failure: the others go on once this generation ends without this node.
+        excluded_ = true;
+        control_->report_generation_failure(
+            membership.generation,
+            FailureNotice{std::nullopt, kExitError,
+                          "node " + std::to_string(topology_.node_rank) +
+                              " leaves the job, named by the pre-flight check"});
+        if (first) control_->finish();
+        throw ControlError(decision.line);
+    }
+  }
+
+  // Keeps a pre-flight check for the run report (made later than the first check).
+  void record_check(const preflight::CheckResult& result, const std::string& outcome) {
+    PreflightNumbers numbers;
+    numbers.generation = result.generation;
+    numbers.seconds = result.seconds;
+    numbers.outcome = outcome;
+    for (const preflight::NodeScore& s : result.verdict.nodes) {
+      PreflightNumbers::Node n{s.node, s.gflops, s.best_sent, s.best_received, ""};
+      for (const preflight::Named& named : result.verdict.named) {
+        if (named.node == s.node) n.named = named.why;
+      }
+      numbers.nodes.push_back(std::move(n));
+    }
+    if (report_) {
+      report_->preflight(numbers);
+    } else {
+      early_checks_.push_back(std::move(numbers));
+    }
   }
 
   // Once the nodes agreed, a multi-node job is running elsewhere: a failure to start (or go on)
@@ -655,6 +725,7 @@ class JobRun {
     info.node_rank = topology_.node_rank;
     info.nnodes = topology_.nnodes;
     report_ = std::make_unique<RunReport>(info);
+    for (const PreflightNumbers& numbers : early_checks_) report_->preflight(numbers);
     sup.report = report_.get();
   }
 
@@ -665,7 +736,10 @@ class JobRun {
     JobOutcome outcome;
     try {
       sup.external_stop = stop_;
-      sup.on_failure = [this](const FailureNotice& notice) { control_->report_failure(notice); };
+      sup.on_failure = [this](const FailureNotice& notice) {
+        // A node the pre-flight check sent away leaves; the job goes on without it.
+        if (!excluded_) control_->report_failure(notice);
+      };
       sup.on_generation_failure = [this](Generation g, const FailureNotice& notice) {
         control_->report_generation_failure(g, notice);
       };
@@ -703,6 +777,9 @@ class JobRun {
   std::string job_id_;
   std::unique_ptr<Control> control_;  // a multi-node job's
   Generation first_generation_;
+  Membership first_membership_;
+  std::vector<PreflightNumbers> early_checks_;  // checks made before the run report was
+  bool excluded_ = false;  // the pre-flight check named this node in an elastic job: it leaves
   std::shared_ptr<ExternalStop> stop_ = std::make_shared<ExternalStop>();
   std::optional<ScratchDir> scratch_;
   ClusterPlan plan_;  // the first generation's

@@ -750,6 +750,35 @@ std::vector<FlagSpec> failures() {
                   })
                   .done());
   t.push_back(
+      Flag("preflight")
+          .value("MODE")
+          .choice({"off", "on"}, "expected off or on")
+          .group(FlagGroup::kFailures)
+          .default_is("off")
+          .help("on: before each generation of a multi-node job, measure every node's compute "
+                "and links and name a node far below the others (a fixed job stops, an elastic "
+                "one goes on without it)")
+          .doc("`on`: before each generation of a multi-node job starts its workers, every node "
+               "measures its compute (a matmul) and its links to the others (in log2 N rounds of "
+               "pairs); a node whose matmul is below the median divided by `--preflight_ratio`, "
+               "whose best link is a tenth of the median, or that cannot be reached, is named. A job with a fixed `--nnodes` then stops; an "
+               "elastic one with restarts left goes on without it. About 0.25 s per generation. "
+               "See [Failure semantics](failures.md#the-pre-flight-check).")
+          .config([](const LaunchOptions& o) {
+            return std::optional(std::string(o.preflight.enabled ? "on" : "off"));
+          })
+          .done());
+  t.push_back(
+      Flag("preflight_ratio")
+          .value("R")
+          .group(FlagGroup::kFailures)
+          .default_is("2")
+          .help("a node whose matmul rate is below the nodes' median divided by R is named by "
+                "the pre-flight check (> 1; links: 10)")
+          .config(
+              [](const LaunchOptions& o) { return std::optional(number_text(o.preflight.ratio)); })
+          .done());
+  t.push_back(
       Flag("kill_timeout")
           .value("S")
           .seconds(true)

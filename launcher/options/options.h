@@ -20,6 +20,7 @@
 #include "env/contract.h"
 #include "launcher/cluster/job_config.h"
 #include "launcher/health/pace_options.h"
+#include "launcher/health/preflight_options.h"
 #include "launcher/options/nodes.h"
 #include "launcher/options/rank_mapping.h"
 
@@ -138,6 +139,8 @@ struct LaunchOptions : JobConfig {
   std::chrono::milliseconds hang_timeout{0};  // --hang_timeout (seconds); 0: no hang guard
   // --straggler, --straggler_ratio, --step_timeout_factor, --step_timeout_floor.
   PaceOptions pace;
+  // --preflight, --preflight_ratio: the pre-flight check of a multi-node job's generations.
+  PreflightOptions preflight;
   // --no_progress_restarts: stop (exit 93) after this many failed generations in a row without
   // progress; 0: never.
   int no_progress_restarts = 0;

@@ -791,6 +791,36 @@ std::string startup_table(const json& report) {
          "reported on DDL_PROGRESS_FD.</p>\n";
 }
 
+// The pre-flight checks (--preflight): per generation, each node's matmul rate and best links; a
+// named node's row says why, in bold.
+std::string preflight_table(const json& report) {
+  std::string html;
+  for (const json& c : array(report, "preflight")) {
+    const auto seconds = number(c, "seconds");
+    html += "<p>Generation " + esc(text(c, "generation")) + " (" +
+            (seconds ? esc(fixed(*seconds, 2)) + " s" : std::string("-")) +
+            "): " + esc(text(c, "outcome")) + "</p>\n";
+    html +=
+        "<table class=\"data\"><thead><tr><th>node</th><th class=\"num\">matmul GFLOP/s</th>"
+        "<th class=\"num\">best link out MB/s</th><th class=\"num\">best link in MB/s</th>"
+        "<th>named</th></tr></thead><tbody>\n";
+    for (const json& n : array(c, "nodes")) {
+      auto cell = [&](const char* key) {
+        const auto v = number(n, key);
+        return v ? esc(fixed(*v, *v >= 100 ? 0 : 2)) : std::string("failed");
+      };
+      const std::string named = text(n, "named", "");
+      html += "<tr><td>" + esc(text(n, "node")) + "</td><td class=\"num\">" + cell("gflops") +
+              "</td><td class=\"num\">" + cell("best_out_mbs") + "</td><td class=\"num\">" +
+              cell("best_in_mbs") + "</td><td>" +
+              (named.empty() ? std::string("-") : "<strong>" + esc(named) + "</strong>") +
+              "</td></tr>\n";
+    }
+    html += "</tbody></table>\n";
+  }
+  return html;
+}
+
 std::string process_table(const json& report) {
   std::string html =
       "<table class=\"data\" id=\"processes\"><thead><tr><th>process</th><th>generations</th>"
@@ -1014,6 +1044,9 @@ std::string render_report_html(const json& report) {
       html += "<li>" + time_cell(e, "at_ms") + " " + esc(text(e, "line")) + "</li>\n";
     }
     html += "</ul>\n</section>\n";
+  }
+  if (const std::string checks = preflight_table(report); !checks.empty()) {
+    html += "<section><h2>Pre-flight checks</h2>\n" + checks + "</section>\n";
   }
   html += "<section><h2>Timeline</h2>\n" + timeline(report) + generations_table(report) +
           "</section>\n";

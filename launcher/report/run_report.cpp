@@ -249,6 +249,7 @@ struct RunReport::State {
   std::optional<std::string> summary;
   std::vector<StragglerEvent> stragglers;
   long long stragglers_dropped = 0;
+  std::vector<PreflightNumbers> preflight;
 
   Process& process(const std::string& name) {
     auto found = by_name.find(name);
@@ -450,6 +451,10 @@ void RunReport::straggler(WallClock::time_point at, const std::string& name, boo
   state_->stragglers.push_back(StragglerEvent{at, name, named, line});
 }
 
+void RunReport::preflight(const PreflightNumbers& numbers) {
+  if (state_->preflight.size() < kMaxPreflightChecks) state_->preflight.push_back(numbers);
+}
+
 void RunReport::job_ended(WallClock::time_point at, int exit_code, const std::string& summary) {
   state_->job_end = at;
   state_->exit_code = exit_code;
@@ -594,6 +599,22 @@ json RunReport::to_json() const {
   }
   report["stragglers"] = stragglers;
   report["stragglers_dropped"] = s.stragglers_dropped;
+  json checks = json::array();
+  for (const PreflightNumbers& c : s.preflight) {
+    json nodes = json::array();
+    for (const PreflightNumbers::Node& n : c.nodes) {
+      nodes.push_back({{"node", n.node},
+                       {"gflops", n.gflops},
+                       {"best_out_mbs", n.best_out_mbs ? json(*n.best_out_mbs) : json(nullptr)},
+                       {"best_in_mbs", n.best_in_mbs ? json(*n.best_in_mbs) : json(nullptr)},
+                       {"named", n.named}});
+    }
+    checks.push_back({{"generation", c.generation},
+                      {"seconds", c.seconds},
+                      {"outcome", c.outcome},
+                      {"nodes", nodes}});
+  }
+  report["preflight"] = checks;
   return report;
 }
 

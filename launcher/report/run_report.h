@@ -80,6 +80,24 @@ struct RunPace {
   std::optional<double> first_step_seconds;
 };
 
+// One pre-flight check (--preflight) as this node saw it.
+struct PreflightNumbers {
+  struct Node {
+    int node = -1;
+    double gflops = 0;                   // its matmul
+    std::optional<double> best_out_mbs;  // its best link out, MB/s; null: none worked
+    std::optional<double> best_in_mbs;   // its best link in
+    std::string named;                   // why it was named; empty: it passed
+  };
+  int generation = 0;
+  double seconds = 0;   // this node's time in the check
+  std::string outcome;  // "passed", or what followed
+  std::vector<Node> nodes;
+};
+
+// Pre-flight checks kept (one per generation; later ones are counted).
+inline constexpr std::size_t kMaxPreflightChecks = 64;
+
 // Straggler lines kept (later ones are counted).
 inline constexpr std::size_t kMaxStragglerEvents = 256;
 
@@ -131,6 +149,9 @@ class RunReport {
   void straggler(WallClock::time_point at, const std::string& name, bool named,
                  const std::string& line);
 
+  // The pre-flight check of a generation was run (before the generation started).
+  void preflight(const PreflightNumbers& numbers);
+
   // The job is over on this node: `launch` exits with `exit_code`; `summary` is its last word
   // ("job succeeded", "rank 1 exited with code 3 ...").
   void job_ended(WallClock::time_point at, int exit_code, const std::string& summary);
@@ -161,6 +182,8 @@ class RunReport {
   //                                step, own_s]: each counted step's own time, thinned as loss)
   //   stragglers[]                 process, at, named (false: recovered), line; at most
   //                                kMaxStragglerEvents, then stragglers_dropped counts
+  //   preflight[]                  generation, seconds, outcome, nodes[] (node, gflops,
+  //                                best_out_mbs, best_in_mbs, named); at most kMaxPreflightChecks
   // Times appear twice: "start" as ISO 8601 UTC text with milliseconds and "start_ms" as
   // milliseconds since the Unix epoch. Anything not known (yet) is null: the exit and usage of
   // a process still running, the end of a job still running. Strings are as they were given

@@ -1,13 +1,14 @@
 // Two-node training where each node is its own network namespace (tests/support/netns.h), over
 // the TCP control plane, with real network faults: random packet loss (nftables), a slow link
-// (tc tbf) and a partition (the link down). Needs root; without it the lab cannot be built and
-// the tests fail saying why.
+// (tc tbf) and a partition (the link down); and the pre-flight check naming a throttled link. Needs
+// root; without it the lab cannot be built and the tests fail saying why.
 #include "tests/support/netns.h"
 
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
+#include "env/exit_codes.h"
 #include "tests/e2e/faults/train_job.h"
 #include "tests/support/etcd_cluster.h"
 
@@ -209,6 +210,61 @@ TEST(NetnsTraining, EtcdPlaneRecoversFromAPartitionedNode) {
   EXPECT_EQ(s0["world"], 2);
   EXPECT_EQ(s0["resumed"], true);
   EXPECT_EQ(s0["global_step"], 80);
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_TRUE(wait_until([&] { return lab.pids_in(k).empty(); }, milliseconds(5000)))
+        << lab.pids_in(k).size() << " process(es) left on node " << k;
+  }
+}
+
+// The pre-flight check (--preflight) finds a throttled link: three node namespaces, node 2's
+// outgoing rate limited by tc tbf to 20 Mbit/s. Its links out are the slow ones (the probes send
+// 4 MiB each), so node 2 is named and the fixed job stops before any worker starts, on every
+// node, with the same line; nothing is left in any namespace.
+// Starts hello_worker on three node namespaces with --preflight=on.
+void start_checked(NetnsLab& lab, NodeRun (&nodes)[3]) {
+  const std::string hello = kBin + "/hello_worker";
+  for (int k = 0; k < 3; ++k) {
+    nodes[k].launch.emplace(
+        nodes[k].dir,
+        std::vector<std::string>{"--nnodes=3", "--node_rank=" + std::to_string(k),
+                                 "--master_addr=" + lab.node_address(0),
+                                 "--master_port=" + std::to_string(kPort), "--nproc_per_node=1",
+                                 "--preflight=on", "--log_dir", nodes[k].logs.string(),
+                                 "--print_config=false", "--rendezvous_timeout=60", hello},
+        kJobEnv, lab.exec_prefix(k));
+  }
+}
+
+TEST(NetnsPreflight, EqualNodesPass) {
+  NetnsLab lab(3);
+  NodeRun nodes[3];
+  start_checked(lab, nodes);
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ(nodes[k].launch->wait(kJobTimeout), 0) << nodes[k].launch->err();
+    EXPECT_TRUE(contains(nodes[k].launch->err(), "best link out median")) << nodes[k].launch->err();
+  }
+  std::cout << "node 0: " << first_line_with(nodes[0].launch->err(), "pre-flight check of") << "\n";
+}
+
+TEST(NetnsPreflight, AThrottledLinkIsNamed) {
+  NetnsLab lab(3);
+  lab.limit(2, "20mbit", "50ms");
+  NodeRun nodes[3];
+  start_checked(lab, nodes);
+  for (int k = 0; k < 3; ++k) {
+    const std::optional<int> code = nodes[k].launch->wait(kJobTimeout);
+    ASSERT_TRUE(code.has_value()) << nodes[k].launch->err();
+    EXPECT_EQ(*code, ddl::kExitUsage) << nodes[k].launch->err();
+    const std::string err = nodes[k].launch->err();
+    EXPECT_TRUE(contains(err,
+                         "the pre-flight check of generation 0 named node 2: its best link "
+                         "out runs at"))
+        << "node " << k << ":\n"
+        << err;
+    EXPECT_FALSE(contains(err, "named node 0")) << err;
+    EXPECT_FALSE(contains(err, "starting 1 worker(s)")) << err;
+  }
+  std::cout << "node 0: " << first_line_with(nodes[0].launch->err(), "pre-flight check of") << "\n";
   for (int k = 0; k < 3; ++k) {
     EXPECT_TRUE(wait_until([&] { return lab.pids_in(k).empty(); }, milliseconds(5000)))
         << lab.pids_in(k).size() << " process(es) left on node " << k;

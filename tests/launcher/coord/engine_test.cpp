@@ -467,6 +467,38 @@ TEST_P(EngineTest, AnUnsignedDoneIsNotCounted) {
   succeed_and_finish(nodes);
 }
 
+// The pre-flight check's exchange: every member's payload, a stranger's entry not among them.
+TEST_P(EngineTest, GatherReturnsEveryMembersPayloadAndNoStrangers) {
+  std::vector<Running> nodes = start(2);
+  const std::string token = nodes[0].engine->run_token();
+  stranger()->append(token + "/preflight/0", "-:1:x:forged");
+  stranger()->append(token + "/preflight/0", signed_record(token + "/preflight/0", 1, "forged"));
+  auto g1 = std::async(std::launch::async, [&] {
+    return nodes[1].engine->gather(Generation(0), "preflight", "from 1", milliseconds(3000));
+  });
+  const std::map<int, std::string> g0 =
+      nodes[0].engine->gather(Generation(0), "preflight", "from 0", milliseconds(3000));
+  const std::map<int, std::string> expected{{0, "from 0"}, {1, "from 1"}};
+  EXPECT_EQ(g0, expected);
+  EXPECT_EQ(g1.get(), expected);
+  succeed_and_finish(nodes);
+}
+
+TEST_P(EngineTest, GatherNamesTheMembersMissingAtItsTimeout) {
+  std::vector<Running> nodes = start(2);
+  try {
+    nodes[0].engine->gather(Generation(0), "preflight", "x", milliseconds(300));
+    ADD_FAILURE() << "no error";
+  } catch (const ControlError& e) {
+    EXPECT_TRUE(has(e.what(), "node(s) 1 did not publish the 'preflight' of generation 0 within"))
+        << e.what();
+  }
+  EXPECT_THROW(nodes[0].engine->gather(Generation(1), "preflight", "x", milliseconds(300)),
+               ControlError)
+      << "not a member of generation 1 yet";
+  succeed_and_finish(nodes);
+}
+
 // An unsigned goodbye of node 1, then node 1 crashes: it is still declared lost.
 TEST_P(EngineTest, AnUnsignedGoodbyeDoesNotHideACrash) {
   std::vector<Running> nodes = start(2);
