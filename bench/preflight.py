@@ -45,15 +45,16 @@ def free_port():
 
 
 class CpuQuota:
-    """A CPU cgroup of `percent` of one core; processes enter it by writing cgroup.procs."""
+    """A CPU cgroup of `percent` of one core (-1: no limit); processes enter it by writing
+    cgroup.procs, and set() changes the quota of all of them at once."""
 
     def __init__(self, percent):
-        name = "ddl-preflight-bench-%d" % os.getpid()
-        if os.path.exists("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"):
+        name = "ddl-bench-%d" % os.getpid()
+        self.v2 = not os.path.exists("/sys/fs/cgroup/cpu/cpu.cfs_quota_us")
+        if not self.v2:
             self.dir = os.path.join("/sys/fs/cgroup/cpu", name)
             os.makedirs(self.dir, exist_ok=True)
             self._write("cpu.cfs_period_us", "100000")
-            self._write("cpu.cfs_quota_us", str(percent * 1000))
         else:
             with open("/sys/fs/cgroup/cgroup.controllers") as f:
                 if "cpu" not in f.read().split():
@@ -62,8 +63,14 @@ class CpuQuota:
                 f.write("+cpu")
             self.dir = os.path.join("/sys/fs/cgroup", name)
             os.makedirs(self.dir, exist_ok=True)
-            self._write("cpu.max", "%d 100000" % (percent * 1000))
         self.procs = os.path.join(self.dir, "cgroup.procs")
+        self.set(percent)
+
+    def set(self, percent):
+        if self.v2:
+            self._write("cpu.max", "%s 100000" % ("max" if percent < 0 else percent * 1000))
+        else:
+            self._write("cpu.cfs_quota_us", str(-1 if percent < 0 else percent * 1000))
 
     def _write(self, name, text):
         with open(os.path.join(self.dir, name), "w") as f:

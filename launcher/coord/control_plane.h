@@ -10,6 +10,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
@@ -56,6 +57,8 @@ struct ControlOptions {
   // Every node publishes as many endpoints as node 0 (a join with another count is an error);
   // false for a rank mapping, whose nodes run different numbers of ranks.
   bool equal_node_sizes = true;
+  // --straggler, --straggler_ratio: the decider names (and, evict, sends away) a slow node.
+  PaceOptions pace;
 
   bool etcd() const { return !etcd_endpoints.empty(); }
   // Elastic: fewer than nnodes nodes may form a generation.
@@ -145,6 +148,10 @@ class Control {
   virtual std::map<int, std::string> gather(Generation generation, const std::string& topic,
                                             const std::string& payload,
                                             std::chrono::milliseconds timeout) = 0;
+
+  // This node's pace in `generation` after `step` (the median of its ranks' own step times),
+  // for the node that judges stragglers across nodes. Thread-safe; never throws.
+  virtual void report_pace(Generation generation, std::int64_t step, double own_seconds) = 0;
 
   // This node's processes of `generation` failed / all exited 0. Thread-safe; never throw.
   virtual void report_generation_failure(Generation generation, const FailureNotice& notice) = 0;

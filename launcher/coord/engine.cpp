@@ -6,6 +6,7 @@
 #include <charconv>
 #include <functional>
 
+#include "env/exit_codes.h"
 #include "net/auth.h"
 
 namespace ddl::launcher {
@@ -38,11 +39,30 @@ std::optional<std::int64_t> number(std::string_view s) {
   return n;
 }
 
-// The time a "<token> <wall ms>" or "<count> <wall ms>" payload carries; nullopt for another one.
+// The time a "<token> <wall ms>" or "<count> <wall ms>[ <pace>]" payload carries; nullopt for
+// another one.
 std::optional<std::int64_t> stamp_of(const std::string& payload) {
   const std::size_t space = payload.find(' ');
   if (space == std::string::npos) return std::nullopt;
-  return number(std::string_view(payload).substr(space + 1));
+  const std::size_t end = payload.find(' ', space + 1);
+  return number(std::string_view(payload).substr(
+      space + 1, end == std::string::npos ? std::string::npos : end - space - 1));
+}
+
+// The pace a heartbeat "<count> <wall ms> <generation> <step> <own us>" carries (the node's,
+// launcher/health/node_pace.h) for generation `generation`; nullopt without one, or for another.
+std::optional<NodePace> pace_of(const std::string& payload, int node, int generation) {
+  std::vector<std::string_view> fields;
+  std::string_view rest(payload);
+  while (!rest.empty()) {
+    const std::size_t space = rest.find(' ');
+    fields.push_back(rest.substr(0, space));
+    rest = space == std::string_view::npos ? std::string_view() : rest.substr(space + 1);
+  }
+  if (fields.size() != 5) return std::nullopt;
+  const auto g = number(fields[2]), step = number(fields[3]), own = number(fields[4]);
+  if (!g || !step || !own || *g != generation) return std::nullopt;
+  return NodePace{node, *step, static_cast<double>(*own) / 1e6};
 }
 
 bool contains(const std::vector<int>& nodes, int n) {
@@ -97,10 +117,13 @@ struct ControlEngine::Decision {
   bool deciding = false;      // this node decides the generation asked about last
   int looks = 0;              // decide() calls
   std::vector<int> previous;  // the members of the generation before it
+  std::set<std::string> evicted;  // launchers evicted from it
 };
 
 struct ControlEngine::Watch {
+  explicit Watch(double ratio) : paces(ratio) {}
   Roll roll;
+  NodePaceJudge paces;  // the decider's, across nodes
   RosterCursor failed_at = 0;
   bool delivered = false;  // the job's failure was passed on
   std::set<int> ended;     // generations whose end was passed on
@@ -349,7 +372,15 @@ void ControlEngine::claim_rank() {
 
 void ControlEngine::beat(ControlStore& store) {
   const std::string key = name("hb/" + launcher_);
-  const std::string value = seal(key, std::to_string(++beats_) + " " + std::to_string(wall_ms()));
+  std::string payload = std::to_string(++beats_) + " " + std::to_string(wall_ms());
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (pace_ && pace_->generation == current_generation_) {
+      payload += " " + std::to_string(pace_->generation) + " " + std::to_string(pace_->step) + " " +
+                 std::to_string(static_cast<std::int64_t>(pace_->own_seconds * 1e6));
+    }
+  }
+  const std::string value = seal(key, payload);
   if (!store.swap(key, last_beat_, value)) {
     const std::optional<std::string> now = store.get({key}).front();
     throw ControlError("the job's records in " + store.where() + " were " +
@@ -523,11 +554,17 @@ std::optional<std::vector<int>> ControlEngine::decide(int generation, Clock::tim
     d.join_at = 0;
     d.joined.clear();
     d.previous.clear();
+    d.evicted.clear();
     if (generation > 0) {
       const std::string roster = gen("members", generation - 1);
       if (std::optional<Entry> e = first_entry(*store_, roster)) {
         d.previous =
             decode_members(e->payload, "'" + name(roster) + "' in " + store_->where()).nodes;
+      }
+      // Launchers evicted from the generation before (--straggler=evict) are not waited for.
+      RosterCursor at = 0;
+      for (const Entry& e : read_entries(*store_, gen("evict", generation - 1), at)) {
+        d.evicted.insert(e.payload.substr(0, e.payload.find(' ')));
       }
     }
   }
@@ -564,7 +601,7 @@ std::optional<std::vector<int>> ControlEngine::decide(int generation, Clock::tim
   c.generation = generation;
   for (int n : d.joined) {
     // Not read as present yet (it presented itself after the roll was read): next time.
-    if (!d.roll.live(n)) continue;
+    if (!d.roll.live(n) || d.evicted.count(*d.roll.launcher(n))) continue;
     // Elastic: a node is compared when it first joins a generation.
     if (options_.elastic() && n != options_.node_rank) {
       const std::optional<Presentation> theirs = presentation_of(n, *d.roll.launcher(n));
@@ -579,7 +616,7 @@ std::optional<std::vector<int>> ControlEngine::decide(int generation, Clock::tim
     // A member that said goodbye (a node the pre-flight check sent away) is not waited for.
     for (int n : d.previous) {
       const std::string* l = d.roll.launcher(n);
-      if (l == nullptr || !d.roll.gone.count(*l)) c.expected.insert(n);
+      if (l == nullptr || (!d.roll.gone.count(*l) && !d.evicted.count(*l))) c.expected.insert(n);
     }
     for (const Entry& e : read_entries(*store_, "waiting", d.waiting_at)) d.waiting.insert(e.node);
     for (int n : d.waiting) {
@@ -831,7 +868,7 @@ void ControlEngine::lose(const std::string& why) {
 }
 
 void ControlEngine::watch_loop() {
-  Watch w;
+  Watch w(options_.pace.straggler_ratio);
   while (!stopping_) {
     try {
       watch_round(w);
@@ -926,6 +963,15 @@ void ControlEngine::watch_round(Watch& w) {
     std::lock_guard<std::mutex> lock(mutex_);
     peer_generation_failure_ = *failure;
   }
+  // Evicted (--straggler=evict): this node leaves; the others go on without it.
+  RosterCursor at = 0;
+  for (const Entry& e : read_entries(store, gen("evict", generation), at)) {
+    if (e.node != end->node || e.payload.rfind(launcher_ + " ", 0) != 0) continue;
+    stop->request(kExitError,
+                  "this node (node " + std::to_string(me) +
+                      ") was evicted from the job: " + e.payload.substr(launcher_.size() + 1));
+    return;
+  }
   // A node is not told of its own failure, unless another node wrote it (it was taken for lost)
   // or it is an admission (exit code 0).
   if (failure->node != me || failure->exit_code == 0 || end->node != me) {
@@ -955,11 +1001,17 @@ void ControlEngine::watch_peers(Watch& w, int generation, const std::vector<int>
   for (int n : watched) keys.push_back(name("hb/" + *w.roll.launcher(n)));
   const std::vector<std::optional<std::string>> values = store.get(keys);
   const auto now = Clock::now();
+  std::vector<NodePace> paces;  // the members' (the decider's look across nodes)
   for (std::size_t i = 0; i < watched.size(); ++i) {
     const int n = watched[i];
     Watch::Beat& beat = w.beats[*w.roll.launcher(n)];
     // A beat counts when it verifies: a stranger's value (or a deleted cell) is no sign of life.
-    const bool fresh = values[i] && open_entry(keys[i], *values[i]) && *values[i] != beat.value;
+    const std::optional<Entry> entry =
+        values[i] ? open_entry(keys[i], *values[i]) : std::optional<Entry>();
+    if (entry && contains(members, n)) {
+      if (auto pace = pace_of(entry->payload, n, generation)) paces.push_back(*pace);
+    }
+    const bool fresh = entry && *values[i] != beat.value;
     if (beat.value.empty() || fresh) {
       if (values[i]) beat.value = *values[i];
       beat.changed = now;
@@ -967,6 +1019,9 @@ void ControlEngine::watch_peers(Watch& w, int generation, const std::vector<int>
     }
     if (now - beat.changed < options_.heartbeat_timeout) continue;
     declare_lost(w, n, generation, members);
+  }
+  if (decider == me && generation >= 0 && options_.pace.stragglers) {
+    judge_nodes(w, generation, members, std::move(paces));
   }
   // Elastic, the decider: a node waiting to be admitted fails the running generation (while
   // restarts are left), so that the next one takes it in.
@@ -989,6 +1044,58 @@ void ControlEngine::watch_peers(Watch& w, int generation, const std::vector<int>
     end_generation(store, generation, record);
     return;
   }
+}
+
+void ControlEngine::judge_nodes(Watch& w, int generation, const std::vector<int>& members,
+                                std::vector<NodePace> paces) {
+  if (w.paces.generation() != generation) w.paces.begin_generation(generation);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (pace_ && pace_->generation == generation && contains(members, options_.node_rank)) {
+      paces.push_back(NodePace{options_.node_rank, pace_->step, pace_->own_seconds});
+    }
+  }
+  for (const NodePaceJudge::Verdict& v : w.paces.look(paces)) {
+    if (!v.straggler) {
+      spdlog::info("{}", v.message);
+      continue;
+    }
+    const std::string why_not = eviction_veto(generation, members, v.node);
+    if (!options_.pace.evict || !why_not.empty()) {
+      spdlog::warn("{}{}", v.message,
+                   options_.pace.evict ? " (--straggler=evict: not evicted, " + why_not + ")" : "");
+      continue;
+    }
+    // The node leaves (its watcher reads this record when the generation ends, below), and the
+    // others form the next generation without it.
+    const std::string* launcher = w.roll.launcher(v.node);
+    if (launcher == nullptr || w.ended.count(generation)) continue;
+    spdlog::warn("{}: evicting node {} (--straggler=evict)", v.message, v.node);
+    append(*watch_store_, gen("evict", generation), *launcher + " " + v.message);
+    // Named after the evicted node, so that every other node (this one included) restarts.
+    end_generation(*watch_store_, generation,
+                   FailureRecord{v.node, std::nullopt, 1,
+                                 "node " + std::to_string(v.node) +
+                                     " is a straggler: re-forming the job without it"});
+    return;
+  }
+}
+
+std::string ControlEngine::eviction_veto(int generation, const std::vector<int>& members,
+                                         int node) const {
+  if (!options_.elastic()) return "a job with a fixed --nnodes cannot go on without it";
+  if (generation >= options_.max_restarts) return "no restart is left (--max_restarts)";
+  if (static_cast<int>(members.size()) - 1 < options_.min_nodes()) {
+    return std::to_string(members.size() - 1) + " node(s) would be left, fewer than the " +
+           std::to_string(options_.min_nodes()) + " --nnodes needs";
+  }
+  if (node == 0 && !store_->outlives_launchers()) return "node 0 hosts the control store";
+  return "";
+}
+
+void ControlEngine::report_pace(Generation generation, std::int64_t step, double own_seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  pace_ = PaceReport{generation.index(), step, own_seconds};
 }
 
 void ControlEngine::declare_lost(Watch& w, int node, int generation,

@@ -35,6 +35,10 @@
 // - The job's failure: the first verified entry of "failed" (exit code 1..255). A node named by
 //   it that did not publish it stops too. "over": the job ended, nobody is admitted any more.
 //   "bye": a node is done; in a store that outlives the launchers, the last one out erases the run.
+// - Paces: each heartbeat carries the node's pace (its ranks' own step time) in the running
+//   generation; the decider judges them (launcher/health/node_pace.h) and, to evict a slow node
+//   (--straggler=evict), appends "<launcher> <why>" to "evict/<K>" and ends K: that node's
+//   watcher reads it and stops, and the next generation is decided without it.
 #pragma once
 
 #include <atomic>
@@ -52,6 +56,7 @@
 
 #include "launcher/coord/control_plane.h"
 #include "launcher/coord/control_store.h"
+#include "launcher/health/node_pace.h"
 
 namespace ddl::launcher {
 
@@ -75,6 +80,7 @@ class ControlEngine final : public Control {
                                     const std::string& payload,
                                     std::chrono::milliseconds timeout) override;
   void report_generation_failure(Generation generation, const FailureNotice& notice) override;
+  void report_pace(Generation generation, std::int64_t step, double own_seconds) override;
   void report_generation_success(Generation generation) override;
   void watch(std::shared_ptr<ExternalStop> stop) override;
   void report_failure(const FailureNotice& notice) override;
@@ -143,6 +149,12 @@ class ControlEngine final : public Control {
   void watch_round(Watch& w);
   void watch_peers(Watch& w, int generation, const std::vector<int>& members);
   void declare_lost(Watch& w, int node, int generation, const std::vector<int>& members);
+  // The decider's look across nodes (launcher/health/node_pace.h): names a slow node and, with
+  // --straggler=evict in an elastic job, ends the generation without it.
+  void judge_nodes(Watch& w, int generation, const std::vector<int>& members,
+                   std::vector<NodePace> paces);
+  // Why node `node` cannot be evicted from `generation` (empty: it can).
+  std::string eviction_veto(int generation, const std::vector<int>& members, int node) const;
   void lose(const std::string& why);
   void stop_watcher();
   void leave();
@@ -172,6 +184,12 @@ class ControlEngine final : public Control {
   int current_generation_ = -1;
   std::vector<int> current_members_;
   std::vector<std::string> current_launchers_;  // theirs, as current_members_
+  struct PaceReport {
+    int generation = 0;
+    std::int64_t step = 0;
+    double own_seconds = 0;
+  };
+  std::optional<PaceReport> pace_;  // this node's latest (report_pace), sent with the heartbeat
   std::optional<FailureRecord> seen_failure_;
   std::optional<FailureRecord> peer_generation_failure_;
   std::optional<std::string> lost_;  // why this node lost the job, when it did

@@ -49,6 +49,8 @@ double window_median(const std::deque<double>& w) {
 
 }  // namespace
 
+std::string step_time_text(double seconds) { return time_text(seconds); }
+
 double median_of(std::vector<double>& v) {
   const std::size_t mid = v.size() / 2;
   std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());

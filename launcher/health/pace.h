@@ -132,4 +132,7 @@ class PaceTracker {
 // The median of `v` (not empty); `v` is reordered.
 double median_of(std::vector<double>& v);
 
+// "31.2 ms" under a second, "2.60 s" from there: a step time as the lines say it.
+std::string step_time_text(double seconds);
+
 }  // namespace ddl::launcher

@@ -198,6 +198,7 @@ ControlOptions control_options_for(const LaunchOptions& options, const NodeTopol
       options.rendezvous_timeout.value_or(env::kDefaultRendezvousTimeout);
   control_options.linger_timeout = options.kill_timeout + std::chrono::seconds(5);
   control_options.equal_node_sizes = !options.rank_mapping;
+  control_options.pace = options.pace;
   if (topology.auto_node_rank) {
     control_options.node_rank = kAutoNodeRank;
     spdlog::info("node ? of {} ({}, no node rank given: {} hands them out); control store at {}",
@@ -744,6 +745,9 @@ class JobRun {
         control_->report_generation_failure(g, notice);
       };
       sup.on_generation_success = [this](Generation g) { control_->report_generation_success(g); };
+      sup.on_node_pace = [this](Generation g, std::int64_t step, double own) {
+        control_->report_pace(g, step, own);
+      };
       outcome = supervise(generations, sup);
     } catch (const std::exception& e) {
       fail_here(e.what());

@@ -705,17 +705,22 @@ std::vector<FlagSpec> failures() {
   t.push_back(
       Flag("straggler")
           .value("MODE")
-          .choice({"off", "warn"}, "expected off or warn")
+          .choice({"off", "warn", "evict"}, "expected off, warn or evict")
           .group(FlagGroup::kFailures)
           .default_is("warn")
-          .help("warn: name a rank whose own step time (reported on DDL_PROGRESS_FD) is "
-                "--straggler_ratio times the other ranks' median; off: do not")
+          .help("warn: name a rank (or node) whose own step time (reported on DDL_PROGRESS_FD) "
+                "is --straggler_ratio times the others' median; evict: an elastic job also goes "
+                "on without a slow node; off: neither")
           .doc("`warn`: name a rank whose own time per step (from the steps workers report on "
-               "`DDL_PROGRESS_FD`) stays `--straggler_ratio` times the other ranks' median, in "
-               "the console, the log and the run report; `off`: do not. See "
+               "`DDL_PROGRESS_FD`) stays `--straggler_ratio` times the other ranks' median, and a "
+               "node whose ranks do against the other nodes, in the console, the log and the run "
+               "report; `evict`: the same, and an elastic job (`--nnodes=MIN:MAX`, a restart "
+               "left) re-forms without a slow node; `off`: neither. See "
                "[Failure semantics](failures.md#stragglers-and-the-step-timeout).")
           .config([](const LaunchOptions& o) {
-            return std::optional(std::string(o.pace.stragglers ? "warn" : "off"));
+            return std::optional(std::string(!o.pace.stragglers ? "off"
+                                             : o.pace.evict     ? "evict"
+                                                                : "warn"));
           })
           .done());
   t.push_back(

@@ -862,7 +862,10 @@ void parse_levels_and_timeouts(const GivenFlags& r, LaunchOptions& o) {
   o.server_grace = r.seconds("server_grace");
   if (const auto restarts = r.integer("max_restarts")) o.max_restarts = *restarts;
   if (const auto hang = r.seconds("hang_timeout")) o.hang_timeout = *hang;
-  if (const auto mode = r.choice("straggler")) o.pace.stragglers = *mode == "warn";
+  if (const auto mode = r.choice("straggler")) {
+    o.pace.stragglers = *mode != "off";
+    o.pace.evict = *mode == "evict";
+  }
   if (r.has("straggler_ratio")) {
     o.pace.straggler_ratio =
         parse_number("straggler_ratio", r.value("straggler_ratio"), 1.0, false);

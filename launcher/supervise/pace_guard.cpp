@@ -36,8 +36,11 @@ std::string stopped_note(const WorkerGroup& group) {
 }  // namespace
 
 PaceGuard::PaceGuard(boost::asio::io_context& io, PaceOptions options, std::string where,
-                     const Observers& observers)
-    : timer_(io), tracker_(options, {}, std::move(where)), observers_(observers) {}
+                     const Observers& observers, NodePaceSink node_pace)
+    : timer_(io),
+      tracker_(options, {}, std::move(where)),
+      observers_(observers),
+      node_pace_(std::move(node_pace)) {}
 
 void PaceGuard::begin_generation(const WorkerGroup& group, Generation g, Watching watching,
                                  Late late) {
@@ -50,6 +53,7 @@ void PaceGuard::begin_generation(const WorkerGroup& group, Generation g, Watchin
   warned_.assign(names.size(), false);
   names_ = names;
   tracker_.begin_generation(std::move(names));
+  told_at_.reset();
   watching_ = std::move(watching);
   late_ = std::move(late);
 }
@@ -88,6 +92,7 @@ void PaceGuard::on_line(std::size_t i, const std::string& line) {
       own && message->kind == ProgressMessage::Kind::kStep && group_ != nullptr) {
     for (auto& o : observers_)
       o->step_time(generation_, *group_->processes()[i], message->step, *own);
+    tell_node_pace(message->step);
   }
   if (verdict) {
     spdlog::warn("{}", verdict->message);
@@ -97,6 +102,18 @@ void PaceGuard::on_line(std::size_t i, const std::string& line) {
       message->kind == ProgressMessage::Kind::kPause) {
     rearm();
   }
+}
+
+void PaceGuard::tell_node_pace(std::int64_t step) {
+  const auto now = PaceTracker::Clock::now();
+  if (!node_pace_ || (told_at_ && now - *told_at_ < kNodePaceEvery)) return;
+  std::vector<double> own;
+  for (std::size_t i = 0; i < tracker_.size(); ++i) {
+    if (const auto s = tracker_.summary(i).own_seconds) own.push_back(*s);
+  }
+  if (own.empty()) return;
+  told_at_ = now;
+  node_pace_(generation_, step, median_of(own));
 }
 
 // Sets the timer to the earliest deadline, unless it is already set for it (most steps only move

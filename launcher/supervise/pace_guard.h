@@ -7,7 +7,9 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -21,6 +23,8 @@
 
 namespace ddl::launcher {
 
+inline constexpr std::chrono::milliseconds kNodePaceEvery{100};
+
 class PaceGuard {
  public:
   // `watching()`: asked at every wake-up; false ends the watch. `late(message)`: a rank is past
@@ -28,10 +32,15 @@ class PaceGuard {
   using Watching = std::function<bool()>;
   using Late = std::function<void(const std::string& message)>;
 
+  // This node's pace (the median of its ranks' own step times) after its ranks' latest counted
+  // step, for the other nodes (launcher/health/node_pace.h).
+  using NodePaceSink = std::function<void(Generation, std::int64_t step, double own_seconds)>;
+
   // `where`: this node in straggler lines ("on node 1 (host-b)"), may be empty. `observers` (must
-  // outlive the guard) are told each counted step's own time and each straggler verdict.
+  // outlive the guard) are told each counted step's own time and each straggler verdict;
+  // `node_pace` (may be empty) this node's pace, at most every kNodePaceEvery.
   PaceGuard(boost::asio::io_context& io, PaceOptions options, std::string where,
-            const Observers& observers);
+            const Observers& observers, NodePaceSink node_pace = {});
 
   // Generation `g` of `group` begins: the previous one's pace is forgotten.
   void begin_generation(const WorkerGroup& group, Generation g, Watching watching, Late late);
@@ -51,6 +60,7 @@ class PaceGuard {
 
  private:
   void rearm();
+  void tell_node_pace(std::int64_t step);
 
   boost::asio::steady_timer timer_;
   PaceTracker tracker_;
@@ -62,6 +72,8 @@ class PaceGuard {
   Watching watching_;
   Late late_;
   const Observers& observers_;
+  NodePaceSink node_pace_;
+  std::optional<PaceTracker::Clock::time_point> told_at_;
   Generation generation_;
 };
 

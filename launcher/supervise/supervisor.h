@@ -91,6 +91,9 @@ struct SupervisorOptions {
   // succeeded (or that one failed: then this node restarts with the others).
   std::function<void(Generation, const FailureNotice&)> on_generation_failure;
   std::function<void(Generation)> on_generation_success;
+  // This node's pace after its ranks' steps, for the other nodes (PaceGuard::NodePaceSink). May
+  // be empty.
+  std::function<void(Generation, std::int64_t, double)> on_node_pace;
   // True when a restart may give this node's processes other indices (an elastic job whose
   // membership changed): each keeps its log file by name (workerlog.<index>).
   bool indices_may_change = false;

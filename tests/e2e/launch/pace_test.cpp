@@ -2,7 +2,8 @@
 // report their steps on DDL_PROGRESS_FD and are slowed or stopped for real: a rank that shares its
 // core with a busy loop is named a straggler, a SIGSTOPped rank is caught at the job's own pace
 // (its stacks dumped, exit code 124), a Python worker speaks the protocol with os.write, and a
-// worker that reports nothing is left to the fixed hang guard as before.
+// worker that reports nothing is left to the fixed hang guard as before. Across nodes: a node whose
+// launcher's CPU cgroup is throttled mid-run is named by node 0, and evicted from an elastic job.
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <signal.h>
@@ -189,6 +190,75 @@ TEST(Pace, RestartsThatMakeNoProgressEndTheJobWithExitCode93) {
                        "(--no_progress_restarts=2); exit code 93"))
       << err;
   EXPECT_TRUE(contains(err, "launcher exit code 93")) << err;
+}
+
+// Stragglers across nodes: three launchers on loopback running hello_worker (10 ms of work per
+// step); once node 2's rank is at step 30, its launcher's CPU cgroup (and so its worker's) gets a
+// fraction of a core. Node 0, which watches the others, names node 2 from the paces the nodes'
+// heartbeats carry.
+struct NodeRun {
+  TempDir dir;
+  fs::path logs = dir.path() / "logs";
+  std::optional<LaunchRun> run;
+};
+
+void start_nodes(NodeRun (&nodes)[3], const std::string& nnodes, const CpuQuota& quota,
+                 const std::vector<std::string>& more, int steps) {
+  const int port = free_loopback_port();
+  for (int k = 0; k < 3; ++k) {
+    std::vector<std::string> args = {
+        "--nnodes=" + nnodes,      "--node_rank=" + std::to_string(k),
+        "--master_addr=127.0.0.1", "--master_port=" + std::to_string(port),
+        "--nproc_per_node=1",      "--log_dir",
+        nodes[k].logs.string(),    "--print_config=false",
+        "--rendezvous_timeout=60"};
+    args.insert(args.end(), more.begin(), more.end());
+    args.insert(args.end(), {kHello, "--steps", std::to_string(steps), "--busy_ms", "10"});
+    nodes[k].run.emplace(nodes[k].dir, args,
+                         ddl::env::EnvMap{{ddl::env::kJobSecret, "pace-test-secret"}},
+                         k == 2 ? quota.prefix() : std::vector<std::string>{});
+  }
+}
+
+TEST(NodePace, ASlowNodeIsEvictedAndTheElasticJobGoesOnWithoutIt) {
+  CpuQuota quota(-1);
+  NodeRun nodes[3];
+  start_nodes(nodes, "2:3", quota, {"--max_restarts=1", "--straggler=evict"}, 400);
+  ASSERT_TRUE(wait_for_text(nodes[2].logs / "workerlog.2", "rank 2 step 30 ", milliseconds(30'000)))
+      << nodes[2].run->err();
+  quota.set_percent(5);
+  const std::optional<int> code2 = nodes[2].run->wait(milliseconds(60'000));
+  ASSERT_TRUE(code2) << "node 2 still runs:\n" << nodes[2].run->err();
+  EXPECT_EQ(*code2, 1) << nodes[2].run->err();
+  EXPECT_TRUE(contains(nodes[2].run->err(),
+                       "this node (node 2) was evicted from the job: straggler: node 2 takes"))
+      << nodes[2].run->err();
+  for (int k = 0; k < 2; ++k) {
+    ASSERT_EQ(nodes[k].run->wait(milliseconds(60'000)), 0) << nodes[k].run->err();
+    EXPECT_TRUE(contains(nodes[k].run->err(),
+                         "generation 0 failed on node 2: node 2 is a straggler: re-forming the "
+                         "job without it; restarting the job"))
+        << nodes[k].run->err();
+    EXPECT_TRUE(
+        contains(worker_log(nodes[k].logs, k), "hello from rank " + std::to_string(k) + " of 2"))
+        << worker_log(nodes[k].logs, k);
+  }
+  EXPECT_TRUE(contains(nodes[0].run->err(), "evicting node 2 (--straggler=evict)"))
+      << nodes[0].run->err();
+}
+
+TEST(NodePace, ASlowNodeOfAFixedJobIsNamedAndTheJobGoesOn) {
+  CpuQuota quota(-1);
+  NodeRun nodes[3];
+  start_nodes(nodes, "3", quota, {}, 100);
+  ASSERT_TRUE(wait_for_text(nodes[2].logs / "workerlog.2", "rank 2 step 30 ", milliseconds(30'000)))
+      << nodes[2].run->err();
+  quota.set_percent(20);
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ(nodes[k].run->wait(milliseconds(60'000)), 0) << nodes[k].run->err();
+  }
+  EXPECT_TRUE(contains(nodes[0].run->err(), "straggler: node 2 takes")) << nodes[0].run->err();
+  EXPECT_FALSE(contains(nodes[0].run->err(), "straggler: node 1 takes")) << nodes[0].run->err();
 }
 
 }  // namespace

@@ -55,58 +55,6 @@ TEST(PreflightProbes, AWrongTokenOrNoServerIsAFailedLinkSayingWhy) {
 
 // --- jobs ----------------------------------------------------------------------------------
 
-void write_text(const fs::path& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-  if (!out.flush()) throw std::runtime_error("cannot write " + path.string());
-}
-
-// A CPU cgroup giving its processes `percent` of one core: cgroup v1's cpu controller
-// (cpu.cfs_quota_us) or v2's cpu.max. Processes enter it through prefix(); the destructor kills
-// what is left in it and removes it.
-class CpuQuota {
- public:
-  explicit CpuQuota(int percent) {
-    const std::string name = "ddl-preflight-" + std::to_string(::getpid());
-    const fs::path v1 = "/sys/fs/cgroup/cpu";
-    const fs::path v2 = "/sys/fs/cgroup";
-    if (fs::exists(v1 / "cpu.cfs_quota_us")) {
-      dir_ = v1 / name;
-      fs::create_directories(dir_);
-      write_text(dir_ / "cpu.cfs_period_us", "100000");
-      write_text(dir_ / "cpu.cfs_quota_us", std::to_string(percent * 1000));
-    } else if (contains(read_file(v2 / "cgroup.controllers"), "cpu")) {
-      std::ofstream(v2 / "cgroup.subtree_control") << "+cpu";
-      dir_ = v2 / name;
-      fs::create_directories(dir_);
-      write_text(dir_ / "cpu.max", std::to_string(percent * 1000) + " 100000");
-    } else {
-      throw std::runtime_error("no cgroup cpu controller at " + v1.string() + " or " + v2.string() +
-                               ": cannot throttle a node");
-    }
-  }
-  ~CpuQuota() {
-    std::istringstream pids(read_file(dir_ / "cgroup.procs"));
-    for (pid_t pid; pids >> pid;) ::kill(pid, SIGKILL);
-    for (int i = 0; i < 50; ++i) {
-      std::error_code ignored;
-      if (fs::remove(dir_, ignored)) return;
-      std::this_thread::sleep_for(milliseconds(100));
-    }
-  }
-  CpuQuota(const CpuQuota&) = delete;
-  CpuQuota& operator=(const CpuQuota&) = delete;
-
-  // In front of a launcher's argv: the shell enters the cgroup, then becomes the launcher.
-  std::vector<std::string> prefix() const {
-    return {"/bin/sh", "-c",
-            "echo $$ > '" + (dir_ / "cgroup.procs").string() + "' && exec \"$0\" \"$@\""};
-  }
-
- private:
-  fs::path dir_;
-};
-
 const ddl::env::EnvMap kJobEnv{{ddl::env::kJobSecret, "preflight-test-secret"}};
 constexpr int kNodes = 3;
 constexpr milliseconds kJobTimeout{120'000};

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <memory>
@@ -81,6 +82,7 @@ class EngineTest : public ::testing::TestWithParam<Kind> {
     o.heartbeat_interval = milliseconds(100);
     o.heartbeat_timeout = milliseconds(1000);
     o.linger_timeout = milliseconds(2000);
+    o.pace.evict = evict_;
     return o;
   }
 
@@ -182,6 +184,7 @@ class EngineTest : public ::testing::TestWithParam<Kind> {
   }
 
   std::string job_;
+  bool evict_ = false;  // --straggler=evict for the nodes options() makes
   std::uint16_t port_ = 0;
   std::shared_ptr<MemoryControlState> state_;
 };
@@ -497,6 +500,84 @@ TEST_P(EngineTest, GatherNamesTheMembersMissingAtItsTimeout) {
                ControlError)
       << "not a member of generation 1 yet";
   succeed_and_finish(nodes);
+}
+
+// Every node reports its pace each 30 ms (a step each time): all at `own`, node 2 at `slow_own`
+// from step 6 on (its first figures are its own earlier pace), until destroyed.
+class PaceFeeder {
+ public:
+  PaceFeeder(std::vector<std::unique_ptr<ControlEngine>*> engines, double own, double slow_own)
+      : thread_([this, engines, own, slow_own] {
+          for (std::int64_t step = 1; !done_; ++step) {
+            for (std::size_t n = 0; n < engines.size(); ++n) {
+              (*engines[n])->report_pace(Generation(0), step, n == 2 && step > 5 ? slow_own : own);
+            }
+            std::this_thread::sleep_for(milliseconds(30));
+          }
+        }) {}
+  ~PaceFeeder() {
+    done_ = true;
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
+// --straggler=evict: the decider names node 2, whose pace turned 5x slower, ends generation 0
+// without it; node 2 is told it was evicted, the others form generation 1 without waiting for it.
+TEST_P(EngineTest, ASlowNodeIsEvictedFromAnElasticJobAndTheOthersGoOnWithoutIt) {
+  evict_ = true;
+  std::vector<Running> nodes = start(3, 2);
+  {
+    PaceFeeder feeder({&nodes[0].engine, &nodes[1].engine, &nodes[2].engine}, 0.010, 0.050);
+    ASSERT_TRUE(
+        wait_until([&] { return nodes[2].stop->requested().has_value(); }, milliseconds(5000)));
+  }
+  EXPECT_TRUE(has(nodes[2].stop->requested()->second,
+                  "this node (node 2) was evicted from the job: straggler: node 2 takes 50.0 ms "
+                  "of its own per step, 5.00x the other nodes' median 10.0 ms"))
+      << nodes[2].stop->requested()->second;
+  for (int n = 0; n < 2; ++n) {
+    ASSERT_TRUE(
+        wait_until([&] { return nodes[n].stop->generation_failure(Generation(0)).has_value(); },
+                   milliseconds(3000)));
+    EXPECT_TRUE(has(nodes[n].stop->generation_failure(Generation(0))->second,
+                    "generation 0 failed on node 2: node 2 is a straggler"));
+    EXPECT_FALSE(nodes[n].stop->requested());
+  }
+  auto m1 = std::async(std::launch::async,
+                       [&] { return nodes[1].engine->join_generation(Generation(1)); });
+  const Membership m0 = nodes[0].engine->join_generation(Generation(1));
+  EXPECT_EQ(m0.nodes, (std::vector<int>{0, 1}));
+  EXPECT_EQ(m1.get().nodes, (std::vector<int>{0, 1}));
+  EXPECT_FALSE(nodes[2].engine->finish());
+  for (int n = 0; n < 2; ++n) nodes[n].engine->report_generation_success(Generation(1));
+  auto f1 = std::async(std::launch::async, [&] { return nodes[1].engine->finish(); });
+  EXPECT_FALSE(nodes[0].engine->finish());
+  EXPECT_FALSE(f1.get());
+}
+
+// Without evict (or in a fixed job) a slow node is only named: nobody is stopped.
+TEST_P(EngineTest, ASlowNodeOfAFixedJobIsNotEvicted) {
+  evict_ = true;
+  std::vector<Running> nodes = start(3);
+  {
+    PaceFeeder feeder({&nodes[0].engine, &nodes[1].engine, &nodes[2].engine}, 0.010, 0.050);
+    std::this_thread::sleep_for(milliseconds(1500));
+  }
+  for (int n = 0; n < 3; ++n) {
+    EXPECT_FALSE(nodes[n].stop->requested());
+    EXPECT_FALSE(nodes[n].stop->generation_failure(Generation(0)));
+  }
+  for (Running& n : nodes) n.engine->report_generation_success(Generation(0));
+  std::vector<std::future<std::optional<FailureRecord>>> f;
+  for (int n = 1; n < 3; ++n) {
+    f.push_back(std::async(std::launch::async, [&, n] { return nodes[n].engine->finish(); }));
+  }
+  EXPECT_FALSE(nodes[0].engine->finish());
+  for (auto& x : f) EXPECT_FALSE(x.get());
 }
 
 // An unsigned goodbye of node 1, then node 1 crashes: it is still declared lost.
