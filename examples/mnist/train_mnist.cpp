@@ -693,6 +693,7 @@ int train(const Options& opt) {
     torch::Tensor epoch_loss_sum;  // summed on the device: no sync per step
     std::int64_t epoch_steps = 0;
     std::int64_t batch_id = first_batch;
+    progress.epoch(epoch, static_cast<std::int64_t>(batches.size()));
     for (; batch_id < static_cast<std::int64_t>(batches.size()) && !out_of_steps(); ++batch_id) {
       const auto step_started = std::chrono::steady_clock::now();
       const torch::Tensor index = batches[batch_id].to(device);

@@ -101,6 +101,9 @@ std::optional<PaceTracker::Verdict> PaceTracker::on_message(std::size_t i, const
         r.phases.emplace_back(m.what, seconds_between(r.started_at, now));
       }
       return std::nullopt;
+    case ProgressMessage::Kind::kEpoch:
+      r.batches_per_epoch = m.batches;
+      return std::nullopt;
     case ProgressMessage::Kind::kStep:
       break;
   }
@@ -244,6 +247,7 @@ PaceTracker::Summary PaceTracker::summary(std::size_t i) const {
   s.straggler = r.named;
   s.phases = r.phases;
   s.first_step_seconds = r.first_step_seconds;
+  s.batches_per_epoch = r.batches_per_epoch;
   return s;
 }
 

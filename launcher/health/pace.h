@@ -96,6 +96,7 @@ class PaceTracker {
     // Start-up: seconds from its start to each phase it reported, in order, and to its first step.
     std::vector<std::pair<std::string, double>> phases;
     std::optional<double> first_step_seconds;
+    std::optional<std::int64_t> batches_per_epoch;  // from its latest "epoch E B"
   };
   Summary summary(std::size_t i) const;
   std::size_t size() const { return ranks_.size(); }
@@ -112,6 +113,7 @@ class PaceTracker {
     std::optional<std::int64_t> last_checkpoint;
     std::vector<std::pair<std::string, double>> phases;  // at most kMaxPhases
     std::optional<double> first_step_seconds;
+    std::optional<std::int64_t> batches_per_epoch;
     std::deque<double> intervals;  // seconds, the last kPaceWindow
     std::deque<double> own;
     std::optional<double> baseline;     // the median of its first full window of own times

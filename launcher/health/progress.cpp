@@ -89,8 +89,20 @@ std::optional<ProgressMessage> parse_progress_line(std::string_view line, std::s
     m.what = std::string(w[1]);
     return m;
   }
+  if (w[0] == "epoch") {
+    const auto e = w.size() == 3 ? step_number(w[1]) : std::nullopt;
+    const auto b = w.size() == 3 ? step_number(w[2]) : std::nullopt;
+    if (!e || !b || *b == 0) {
+      error = "epoch takes an epoch number and its batches (more than 0)";
+      return std::nullopt;
+    }
+    m.kind = ProgressMessage::Kind::kEpoch;
+    m.step = *e;
+    m.batches = *b;
+    return m;
+  }
   if (w[0] != "step" && w[0] != "checkpoint") {
-    error = "not step, pause, checkpoint or phase";
+    error = "not step, pause, checkpoint, phase or epoch";
     return std::nullopt;
   }
   m.kind = w[0] == "step" ? ProgressMessage::Kind::kStep : ProgressMessage::Kind::kCheckpoint;

@@ -11,6 +11,8 @@
 //   checkpoint N                the state after step N is saved
 //   phase NAME                  start-up reached NAME ("store": joined the store,
 //                               "communicator": the communicator is built), for the run report
+//   epoch E B                   epoch E (from 0) starts, B batches (steps) long on this rank:
+//                               the run report's loss chart draws fractional epochs with it
 //
 // Sections named allreduce, comm, collective or wait are time spent waiting for the other ranks;
 // the rest of a step is the rank's own time, which is what the straggler rule compares (in a
@@ -34,9 +36,10 @@ namespace ddl::launcher {
 inline constexpr std::size_t kMaxProgressLine = 512;
 
 struct ProgressMessage {
-  enum class Kind { kStep, kPause, kCheckpoint, kPhase };
+  enum class Kind { kStep, kPause, kCheckpoint, kPhase, kEpoch };
   Kind kind = Kind::kStep;
-  std::int64_t step = 0;  // kStep, kCheckpoint
+  std::int64_t step = 0;     // kStep, kCheckpoint; kEpoch: the epoch
+  std::int64_t batches = 0;  // kEpoch: its length in steps (> 0)
   // kStep: the named sections, in the order given (seconds, finite and >= 0).
   std::vector<std::pair<std::string, double>> sections;
   std::string what;  // kPause: what the worker is doing, may be empty; kPhase: the phase

@@ -282,8 +282,19 @@ std::vector<LossPoint> loss_points(const json& process) {
 }
 
 // The loss of every rank over the training: x is the batch when the whole curve lies in one
-// epoch, else epoch + batch / batches-per-epoch (the largest batch seen plus the log interval). A
+// epoch, else epoch + batch / batches-per-epoch (as the workers reported it, else the largest batch
+// seen plus the log interval). A
 // curve breaks where a generation starts (a restart runs epochs again); later generations dash.
+// The batches per epoch the processes' runs reported (their first run that did), if any.
+std::optional<double> said_batches_per_epoch(const std::vector<Lane>& lanes) {
+  for (const Lane& lane : lanes) {
+    for (const json& run : array(*lane.process, "runs")) {
+      if (const auto b = number(field(run, "pace"), "batches_per_epoch")) return *b;
+    }
+  }
+  return std::nullopt;
+}
+
 std::string loss_chart(const std::vector<Lane>& lanes) {
   struct Curve {
     const Lane* lane;
@@ -318,8 +329,10 @@ std::string loss_chart(const std::vector<Lane>& lanes) {
   }
   if (curves.empty()) return {};
   const bool one_epoch = min_epoch == max_epoch;
-  // The last progress line of an epoch comes up to one log interval before its end.
-  const double per_epoch = max_batch + (std::isfinite(interval) ? interval : 1);
+  // As the workers said ("epoch E B" on DDL_PROGRESS_FD); else estimated: the last progress line
+  // of an epoch comes up to one log interval before its end.
+  const std::optional<double> said = said_batches_per_epoch(lanes);
+  const double per_epoch = said ? *said : max_batch + (std::isfinite(interval) ? interval : 1);
   auto x_of = [&](const LossPoint& p) {
     return one_epoch ? p.batch : p.epoch + p.batch / per_epoch;
   };

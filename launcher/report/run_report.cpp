@@ -531,7 +531,8 @@ json RunReport::to_json() const {
                       {"last_checkpoint", opt(pace.last_checkpoint)},
                       {"step_s", opt(pace.step_seconds)},
                       {"own_s", opt(pace.own_seconds)},
-                      {"straggler", pace.straggler}};
+                      {"straggler", pace.straggler},
+                      {"batches_per_epoch", opt(pace.batches_per_epoch)}};
       } else {
         rj["pace"] = json();
       }

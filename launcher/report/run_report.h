@@ -78,6 +78,7 @@ struct RunPace {
   // to its first step.
   std::vector<std::pair<std::string, double>> phases;
   std::optional<double> first_step_seconds;
+  std::optional<std::int64_t> batches_per_epoch;  // as the worker said ("epoch E B")
 };
 
 // One pre-flight check (--preflight) as this node saw it.
@@ -175,7 +176,8 @@ class RunReport {
   //                                loss (seen, stride, points[] as [generation, epoch, batch,
   //                                loss]), runs[] (generation, pid, start, end, duration_s, exit,
   //                                cpu_seconds, peak_rss_kib, pace: null, or steps, last_step,
-  //                                last_checkpoint, step_s, own_s, straggler), startup (null, or
+  //                                last_checkpoint, step_s, own_s, straggler,
+  //                                batches_per_epoch), startup (null, or
   //                                seconds from the generation's start: spawn_s, one per
   //                                reported phase (store_s, communicator_s), first_step_s)
   //                                step_times (seen, stride, fields, points[] as [generation,

@@ -53,6 +53,7 @@ void ReportObserver::pace(Generation g, const Process& p, const PaceTracker::Sum
   run.straggler = pace.straggler;
   run.phases = pace.phases;
   run.first_step_seconds = pace.first_step_seconds;
+  run.batches_per_epoch = pace.batches_per_epoch;
   report_.process_pace(p.name, g.index(), run);
 }
 

@@ -55,6 +55,13 @@ void ProgressReporter::checkpoint(std::int64_t step) const {
   send(line, n);
 }
 
+void ProgressReporter::epoch(std::int64_t epoch, std::int64_t batches) const {
+  if (fd_ < 0) return;
+  char line[64];
+  const int n = std::snprintf(line, sizeof line, "epoch %" PRId64 " %" PRId64 "\n", epoch, batches);
+  send(line, n);
+}
+
 void ProgressReporter::phase(std::string_view name) const {
   if (fd_ < 0) return;
   char line[64];

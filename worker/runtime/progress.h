@@ -48,6 +48,8 @@ class ProgressReporter {
   void checkpoint(std::int64_t step) const;
   // Start-up reached `name` (one word: "store", "communicator"), for the run report's phases.
   void phase(std::string_view name) const;
+  // Epoch `epoch` (from 0) starts and runs `batches` steps on this rank.
+  void epoch(std::int64_t epoch, std::int64_t batches) const;
 
  private:
   void send(const char* line, int size) const;

@@ -55,12 +55,16 @@ TEST(ProgressLine, PauseAndCheckpoint) {
   m = parse_ok("phase communicator");
   EXPECT_EQ(m.kind, ProgressMessage::Kind::kPhase);
   EXPECT_EQ(m.what, "communicator");
+  m = parse_ok("epoch 2 300");
+  EXPECT_EQ(m.kind, ProgressMessage::Kind::kEpoch);
+  EXPECT_EQ(m.step, 2);
+  EXPECT_EQ(m.batches, 300);
 }
 
 TEST(ProgressLine, AnythingElseIsRefusedWithAReason) {
   EXPECT_EQ(parse_error(""), "empty");
   EXPECT_EQ(parse_error("epoch: 0, batch: 1, loss is: [2.3]"),
-            "not step, pause, checkpoint or phase");
+            "not step, pause, checkpoint, phase or epoch");
   EXPECT_EQ(parse_error("step"), "step needs a step number (0 or more)");
   EXPECT_EQ(parse_error("step -1"), "step needs a step number (0 or more)");
   EXPECT_EQ(parse_error("step 1x"), "step needs a step number (0 or more)");
@@ -71,6 +75,9 @@ TEST(ProgressLine, AnythingElseIsRefusedWithAReason) {
   EXPECT_EQ(parse_error("checkpoint 4 extra"), "checkpoint takes only a step number");
   EXPECT_EQ(parse_error("phase"), "phase takes one name");
   EXPECT_EQ(parse_error("phase a b"), "phase takes one name");
+  for (const char* bad : {"epoch", "epoch 1", "epoch 1 0", "epoch x 3", "epoch 1 3 4"}) {
+    EXPECT_EQ(parse_error(bad), "epoch takes an epoch number and its batches (more than 0)") << bad;
+  }
   EXPECT_EQ(parse_error("step 1 " + std::string(600, 'x')), "longer than 512 bytes");
 }
 

@@ -270,6 +270,58 @@ TEST(RunReport, StartUpByPhasePaceAndStragglers) {
   EXPECT_TRUE(q["stragglers"].empty());
 }
 
+// The loss chart's fractional epochs: from the batches per epoch the worker reported ("epoch E B"
+// on DDL_PROGRESS_FD), else estimated from the progress lines (largest batch + log interval).
+TEST(RunReport, TheLossChartTakesTheReportedBatchesPerEpoch) {
+  auto two_epochs = [](std::optional<std::int64_t> said) {
+    RunReport report({"job", "train_mnist", 0, 1});
+    report.generation_started(0, kT0, 2);
+    report.process_started("rank 0", false, 0, 0, 100, kT0);
+    // A 2-rank job's 300 batches per epoch, printed every 200 (train_mnist's default).
+    for (int epoch = 0; epoch < 2; ++epoch) {
+      for (int batch : {0, 200}) {
+        report.process_line("rank 0", "epoch: " + std::to_string(epoch) +
+                                          ", batch: " + std::to_string(batch) + ", loss is: [0.5]");
+      }
+    }
+    RunPace pace;
+    pace.steps = 600;
+    pace.batches_per_epoch = said;
+    report.process_pace("rank 0", 0, pace);
+    return report;
+  };
+  const RunReport said = two_epochs(300);
+  EXPECT_EQ(said.to_json()["processes"][0]["runs"][0]["pace"]["batches_per_epoch"], 300);
+  EXPECT_TRUE(contains(said.to_html(), "batch / 300 batches per epoch")) << said.to_html();
+  const RunReport guessed = two_epochs(std::nullopt);
+  EXPECT_TRUE(guessed.to_json()["processes"][0]["runs"][0]["pace"]["batches_per_epoch"].is_null());
+  EXPECT_TRUE(contains(guessed.to_html(), "batch / 400 batches per epoch"));
+}
+
+// The pre-flight checks (--preflight): report.json's preflight[] and report.html's table.
+TEST(RunReport, PreflightChecksAreKeptWithTheirNumbers) {
+  RunReport report({"job", "train_mnist", 0, 3});
+  PreflightNumbers check;
+  check.generation = 0;
+  check.seconds = 0.41;
+  check.outcome = "the pre-flight check of generation 0 named node 2: ...";
+  check.nodes = {{0, 17.3, 1463.0, 1350.0, ""},
+                 {1, 13.6, 1288.0, 1463.0, ""},
+                 {2, 1.2, std::nullopt, 2.5, "its matmul runs at 1.2 GFLOP/s"}};
+  report.preflight(check);
+  const json j = report.to_json();
+  ASSERT_EQ(j["preflight"].size(), 1u);
+  EXPECT_EQ(j["preflight"][0]["nodes"][2]["named"], "its matmul runs at 1.2 GFLOP/s");
+  EXPECT_TRUE(j["preflight"][0]["nodes"][2]["best_out_mbs"].is_null());
+  EXPECT_DOUBLE_EQ(j["preflight"][0]["nodes"][0]["gflops"].get<double>(), 17.3);
+  const std::string html = report.to_html();
+  EXPECT_TRUE(contains(html, "<h2>Pre-flight checks</h2>")) << html;
+  EXPECT_TRUE(contains(html, "<strong>its matmul runs at 1.2 GFLOP/s</strong>")) << html;
+  EXPECT_TRUE(contains(html, "<td class=\"num\">failed</td>")) << html;
+  for (int i = 0; i < 100; ++i) report.preflight(check);
+  EXPECT_EQ(report.to_json()["preflight"].size(), kMaxPreflightChecks);
+}
+
 TEST(RunReport, ProcessesAreOrderedRanksThenServers) {
   RunReport report = small_report();
   report.process_started("server 1", true, 1, 0, 1, kT0);
