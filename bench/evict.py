@@ -19,7 +19,6 @@ build/ (launch, train_mnist) and data/mnist. Name the CPU with the figures.
 import argparse
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,7 +30,8 @@ REPO = os.path.dirname(HERE)
 BIN = os.path.join(REPO, "build", "bin")
 DATA = os.path.join(REPO, "data", "mnist")
 sys.path.insert(0, HERE)
-from preflight import CpuQuota, cpu_model, free_port  # noqa: E402
+from detect import cpu_model, free_port  # noqa: E402
+from preflight import CpuQuota  # noqa: E402
 
 BATCH = 100
 IMAGES = 60000

@@ -18,7 +18,6 @@ inside its Kubernetes job master). Name the CPU with the figures.
 import argparse
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -28,20 +27,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 BIN = os.path.join(REPO, "build", "bin")
-
-
-def cpu_model():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "unknown"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, HERE)
+from detect import cpu_model, free_port  # noqa: E402
 
 
 class CpuQuota:
