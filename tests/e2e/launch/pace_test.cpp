@@ -156,9 +156,10 @@ time.sleep(60)
   // The pause kept the evaluation's 1 s from counting; the silence after step 20 did not.
   EXPECT_TRUE(contains(err, "step timeout: no step finished for")) << err;
   EXPECT_TRUE(contains(err, "last steps: rank 0 at step 20 ")) << err;
-  EXPECT_TRUE(contains(err,
-                       "rank 0: not a progress message (not step, pause, checkpoint or phase): "
-                       "'not a message'"))
+  EXPECT_TRUE(
+      contains(err,
+               "rank 0: not a progress message (not step, pause, checkpoint, phase or epoch): "
+               "'not a message'"))
       << err;
 }
 
