@@ -251,10 +251,12 @@ TEST(NodePace, ASlowNodeIsEvictedAndTheElasticJobGoesOnWithoutIt) {
 TEST(NodePace, ASlowNodeOfAFixedJobIsNamedAndTheJobGoesOn) {
   CpuQuota quota(-1);
   NodeRun nodes[3];
-  start_nodes(nodes, "3", quota, {}, 100);
+  start_nodes(nodes, "3", quota, {}, 60);
   ASSERT_TRUE(wait_for_text(nodes[2].logs / "workerlog.2", "rank 2 step 30 ", milliseconds(30'000)))
       << nodes[2].run->err();
-  quota.set_percent(20);
+  // 5% of a core: every 10 ms step spans two of the quota's 100 ms periods. (At 20%, two steps
+  // of three would still fit in a period's 20 ms and the median step would not look slow.)
+  quota.set_percent(5);
   for (int k = 0; k < 3; ++k) {
     EXPECT_EQ(nodes[k].run->wait(milliseconds(60'000)), 0) << nodes[k].run->err();
   }
