@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "env/exit_codes.h"
+#include "launcher/health/preflight.h"
 #include "net/auth.h"
 
 namespace ddl::launcher {
@@ -1083,14 +1084,12 @@ void ControlEngine::judge_nodes(Watch& w, int generation, const std::vector<int>
 
 std::string ControlEngine::eviction_veto(int generation, const std::vector<int>& members,
                                          int node) const {
-  if (!options_.elastic()) return "a job with a fixed --nnodes cannot go on without it";
-  if (generation >= options_.max_restarts) return "no restart is left (--max_restarts)";
-  if (static_cast<int>(members.size()) - 1 < options_.min_nodes()) {
-    return std::to_string(members.size() - 1) + " node(s) would be left, fewer than the " +
-           std::to_string(options_.min_nodes()) + " --nnodes needs";
-  }
-  if (node == 0 && !store_->outlives_launchers()) return "node 0 hosts the control store";
-  return "";
+  preflight::JobShape job;
+  job.elastic = options_.elastic();
+  job.min_nodes = options_.min_nodes();
+  job.restart_left = generation < options_.max_restarts;
+  if (!store_->outlives_launchers()) job.store_host = 0;  // node 0 hosts the TCP store
+  return preflight::cannot_go_on_without(job, {node}, static_cast<int>(members.size()));
 }
 
 void ControlEngine::report_pace(Generation generation, std::int64_t step, double own_seconds) {

@@ -38,12 +38,7 @@ int parse_int(std::string_view s, const std::string& what) {
   return v;
 }
 
-// 3 significant digits, at least the units: 1234, 98.4, 1.25, 0.0312.
-std::string number(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, v >= 100 ? "%.0f" : "%.3g", v);
-  return buf;
-}
+std::string number(double v) { return figure_text(v); }
 
 // "1/2": the fraction of the median `ratio` stands for, as the lines say it.
 std::string fraction(double ratio) {
@@ -205,27 +200,39 @@ std::string named_text(const Verdict& verdict) {
   return env::join(parts, "; ");
 }
 
+std::string figure_text(double value) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, value >= 100 ? "%.0f" : "%.3g", value);
+  return buf;
+}
+
+std::string cannot_go_on_without(const JobShape& job, const std::vector<int>& leaving,
+                                 int members) {
+  const int left = members - static_cast<int>(leaving.size());
+  if (!job.elastic) {
+    return "a job with a fixed --nnodes cannot go on without it (--nnodes=MIN:MAX with "
+           "--max_restarts lets it)";
+  }
+  if (job.store_host &&
+      std::find(leaving.begin(), leaving.end(), *job.store_host) != leaving.end()) {
+    return "node " + std::to_string(*job.store_host) + " hosts the control store";
+  }
+  if (left < job.min_nodes) {
+    return std::to_string(left) + " node(s) would be left, fewer than the " +
+           std::to_string(job.min_nodes) + " --nnodes needs";
+  }
+  if (!job.restart_left) return "no restart is left (--max_restarts) to re-form the job without it";
+  return "";
+}
+
 Decision decide(const Verdict& verdict, int generation, const JobShape& job) {
   if (verdict.passed()) return {};
   const std::string check = "the pre-flight check of generation " + std::to_string(generation);
   const std::string named = named_text(verdict);
-  const int left = static_cast<int>(verdict.nodes.size() - verdict.named.size());
-  std::string why_not;
-  const bool store_named =
-      job.store_host && std::any_of(verdict.named.begin(), verdict.named.end(),
-                                    [&](const Named& n) { return n.node == *job.store_host; });
-  if (!job.elastic) {
-    why_not =
-        "a job with a fixed --nnodes cannot go on without it (--nnodes=MIN:MAX with "
-        "--max_restarts lets it)";
-  } else if (store_named) {
-    why_not = "node " + std::to_string(*job.store_host) + " hosts the control store";
-  } else if (left < job.min_nodes) {
-    why_not = std::to_string(left) + " node(s) would be left, fewer than the " +
-              std::to_string(job.min_nodes) + " --nnodes needs";
-  } else if (!job.restart_left) {
-    why_not = "no restart is left (--max_restarts) to re-form the job without it";
-  }
+  std::vector<int> leaving;
+  for (const Named& n : verdict.named) leaving.push_back(n.node);
+  const std::string why_not =
+      cannot_go_on_without(job, leaving, static_cast<int>(verdict.nodes.size()));
   if (!why_not.empty()) {
     return {Action::kStop, check + " named " + named + "; the job stops: " + why_not};
   }

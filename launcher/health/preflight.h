@@ -111,4 +111,12 @@ struct Decision {
 
 Decision decide(const Verdict& verdict, int generation, const JobShape& job);
 
+// Why the job cannot go on without `leaving` (node ranks) when `members` nodes take part: empty
+// when it can. The pre-flight check's decide() and the eviction of a slow node
+// (launcher/coord/engine.h) both ask it.
+std::string cannot_go_on_without(const JobShape& job, const std::vector<int>& leaving, int members);
+
+// 3 significant digits, at least the units: 1234, 98.4, 1.25, 0.0312.
+std::string figure_text(double value);
+
 }  // namespace ddl::launcher::preflight

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <charconv>
-#include <cstdio>
 #include <map>
 #include <optional>
 
@@ -44,12 +43,6 @@ bool same_machine(const std::string& a, const std::string& b) {
   return a == b || (loopback(a) && loopback(b));
 }
 
-std::string figure(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, v >= 100 ? "%.0f" : "%.3g", v);
-  return buf;
-}
-
 // "median 9.84 GFLOP/s (lowest 9.12, node 2)".
 std::string spread(const Verdict& v, const std::string& unit,
                    std::optional<double> NodeScore::*field, std::optional<double> median) {
@@ -60,7 +53,7 @@ std::string spread(const Verdict& v, const std::string& unit,
     const double x = value.value_or(0);
     if (!lowest || x < lowest->first) lowest = std::make_pair(x, s.node);
   }
-  return "median " + figure(*median) + " " + unit + " (lowest " + figure(lowest->first) +
+  return "median " + figure_text(*median) + " " + unit + " (lowest " + figure_text(lowest->first) +
          ", node " + std::to_string(lowest->second) + ")";
 }
 
@@ -132,11 +125,11 @@ std::string summary_line(const CheckResult& result) {
     if (!slowest || s.gflops < slowest->first) slowest = std::make_pair(s.gflops, s.node);
   }
   std::string line = "pre-flight check of generation " + std::to_string(result.generation) + " (" +
-                     std::to_string(v.nodes.size()) + " nodes, " + figure(result.seconds) +
-                     " s): matmul median " + figure(v.median_gflops) + " GFLOP/s";
+                     std::to_string(v.nodes.size()) + " nodes, " + figure_text(result.seconds) +
+                     " s): matmul median " + figure_text(v.median_gflops) + " GFLOP/s";
   if (slowest) {
-    line +=
-        " (lowest " + figure(slowest->first) + ", node " + std::to_string(slowest->second) + ")";
+    line += " (lowest " + figure_text(slowest->first) + ", node " +
+            std::to_string(slowest->second) + ")";
   }
   if (!v.median_sent && !v.median_received) {
     return line + "; no link measured (the nodes share a machine)";

@@ -232,6 +232,32 @@ int legend_rows(const std::vector<LegendItem>& items, double max_width) {
   return rows;
 }
 
+// A chart's plot area in an SVG `width` wide: `left`/`right` margins for the axes' labels,
+// `rows` rows of legend above it, `height` tall.
+Plot frame(double width, double left, double right, int rows, double height) {
+  Plot p;
+  p.left = left;
+  p.width = width - left - right;
+  p.top = 14 + rows * kLegendRow + 8;
+  p.height = height;
+  return p;
+}
+
+// The same with as many legend rows as `legend` takes over the plot's width.
+Plot frame(double width, double left, double right, const std::vector<LegendItem>& legend,
+           double height) {
+  return frame(width, left, right, legend_rows(legend, width - left - right), height);
+}
+
+// The SVG's height around plot area `p` (room below for the x axis and its label).
+double svg_height(const Plot& p) { return p.top + p.height + 48; }
+
+// An x scale over [lo, hi] that starts at 0 or more; a lone value gets room to its right.
+Scale x_scale(double lo, double hi, int ticks, bool integer) {
+  return lo == hi ? nice_scale(std::max(0.0, lo - 1), hi + 1, ticks, integer)
+                  : nice_scale(lo, hi, ticks, integer);
+}
+
 void draw_legend(std::string& svg, const std::vector<LegendItem>& items, double x, double y,
                  double max_width) {
   double at = 0;
@@ -348,16 +374,10 @@ std::string loss_chart(const std::vector<Lane>& lanes) {
   std::vector<LegendItem> legend;
   for (const Curve& c : curves) legend.push_back({c.lane->name, c.lane->color});
   const double width = 1100;
-  Plot p;
-  p.left = 70;
-  p.width = width - p.left - 24;
-  const int rows = legend_rows(legend, p.width);
-  p.top = 14 + rows * kLegendRow + 8;
-  p.height = 300;
-  const double height = p.top + p.height + 48;
+  Plot p = frame(width, 70, 24, legend, 300);
+  const double height = svg_height(p);
   // Batches and epochs count from 0: a lone point gets room to its right, not a negative axis.
-  p.x = min_x == max_x ? nice_scale(std::max(0.0, min_x - 1), max_x + 1, 10, one_epoch)
-                       : nice_scale(min_x, max_x, 10, one_epoch);
+  p.x = x_scale(min_x, max_x, 10, one_epoch);
   p.y = nice_scale(std::min(0.0, min_loss), max_loss, 6, false);
 
   std::string svg = svg_open(width, height, "loss per rank");
@@ -436,14 +456,9 @@ std::string step_time_chart(const std::vector<Lane>& lanes) {
   std::vector<LegendItem> legend;
   for (const Curve& c : curves) legend.push_back({c.lane->name, c.lane->color});
   const double width = 1100;
-  Plot p;
-  p.left = 70;
-  p.width = width - p.left - 24;
-  p.top = 14 + legend_rows(legend, p.width) * kLegendRow + 8;
-  p.height = 240;
-  const double height = p.top + p.height + 48;
-  p.x = min_x == max_x ? nice_scale(std::max(0.0, min_x - 1), max_x + 1, 10, true)
-                       : nice_scale(min_x, max_x, 10, true);
+  Plot p = frame(width, 70, 24, legend, 240);
+  const double height = svg_height(p);
+  p.x = x_scale(min_x, max_x, 10, true);
   p.y = nice_scale(0, max_y * 1.05, 6, false);
   std::string svg = svg_open(width, height, "own time per step per rank");
   draw_legend(svg, legend, p.left, 18, p.width);
@@ -514,14 +529,9 @@ std::string accuracy_chart(const std::vector<Lane>& lanes) {
         {c.lane->name + " " + fixed(c.by_epoch.rbegin()->second.second, 2) + "%", c.lane->color});
   }
   const double width = 540;
-  Plot p;
-  p.left = 64;
-  p.width = width - p.left - 20;
-  p.top = 14 + legend_rows(legend, p.width) * kLegendRow + 8;
-  p.height = 220;
-  const double height = p.top + p.height + 48;
-  p.x = min_x == max_x ? nice_scale(std::max(0.0, min_x - 1), max_x + 1, 8, true)
-                       : nice_scale(min_x, max_x, 8, true);
+  Plot p = frame(width, 64, 20, legend, 220);
+  const double height = svg_height(p);
+  p.x = x_scale(min_x, max_x, 8, true);
   const double pad = std::max(0.5, (max_y - min_y) * 0.15);
   p.y = nice_scale(std::max(0.0, min_y - pad), std::min(100.0, max_y + pad), 5, false);
 
@@ -568,12 +578,9 @@ std::string throughput_chart(const std::vector<Lane>& lanes) {
   }
   if (bars.empty()) return {};
   const double width = 540;
-  Plot p;
-  p.left = 64;
-  p.width = width - p.left - 20;
-  p.top = 14 + kLegendRow + 8;  // level with the accuracy chart beside it (one legend row)
-  p.height = 220;
-  const double height = p.top + p.height + 48;
+  // Level with the accuracy chart beside it (one legend row).
+  Plot p = frame(width, 64, 20, 1, 220);
+  const double height = svg_height(p);
   p.y = nice_scale(0, top * 1.12, 5, false);
   p.x = Scale{0, static_cast<double>(bars.size()), 1};
 
