@@ -503,14 +503,17 @@ TEST_P(EngineTest, GatherNamesTheMembersMissingAtItsTimeout) {
 }
 
 // Every node reports its pace each 30 ms (a step each time): all at `own`, node 2 at `slow_own`
-// from step 6 on (its first figures are its own earlier pace), until destroyed.
+// once 600 ms have passed (so that the decider, whose first look may come late on a loaded
+// machine, has seen node 2's own earlier pace first), until destroyed.
 class PaceFeeder {
  public:
   PaceFeeder(std::vector<std::unique_ptr<ControlEngine>*> engines, double own, double slow_own)
       : thread_([this, engines, own, slow_own] {
+          const auto slow_from = std::chrono::steady_clock::now() + milliseconds(600);
           for (std::int64_t step = 1; !done_; ++step) {
+            const bool slow = std::chrono::steady_clock::now() >= slow_from;
             for (std::size_t n = 0; n < engines.size(); ++n) {
-              (*engines[n])->report_pace(Generation(0), step, n == 2 && step > 5 ? slow_own : own);
+              (*engines[n])->report_pace(Generation(0), step, n == 2 && slow ? slow_own : own);
             }
             std::this_thread::sleep_for(milliseconds(30));
           }
@@ -565,7 +568,7 @@ TEST_P(EngineTest, ASlowNodeOfAFixedJobIsNotEvicted) {
   std::vector<Running> nodes = start(3);
   {
     PaceFeeder feeder({&nodes[0].engine, &nodes[1].engine, &nodes[2].engine}, 0.010, 0.050);
-    std::this_thread::sleep_for(milliseconds(1500));
+    std::this_thread::sleep_for(milliseconds(2000));
   }
   for (int n = 0; n < 3; ++n) {
     EXPECT_FALSE(nodes[n].stop->requested());
