@@ -22,6 +22,7 @@
 #include "env/text.h"
 #include "launcher/cluster/generation.h"
 #include "launcher/coord/records.h"
+#include "launcher/health/node_pace.h"
 #include "launcher/options/options.h"
 #include "launcher/supervise/peers.h"
 
@@ -152,6 +153,10 @@ class Control {
   // This node's pace in `generation` after `step` (the median of its ranks' own step times),
   // for the node that judges stragglers across nodes. Thread-safe; never throws.
   virtual void report_pace(Generation generation, std::int64_t step, double own_seconds) = 0;
+
+  // The straggler verdicts across nodes this node reached (as the decider) since the last call,
+  // each with the line it logged, for the run report. Thread-safe; never throws.
+  virtual std::vector<NodePaceJudge::Verdict> take_node_verdicts() = 0;
 
   // This node's processes of `generation` failed / all exited 0. Thread-safe; never throw.
   virtual void report_generation_failure(Generation generation, const FailureNotice& notice) = 0;

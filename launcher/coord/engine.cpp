@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <functional>
+#include <utility>
 
 #include "env/exit_codes.h"
 #include "launcher/health/preflight.h"
@@ -1056,22 +1057,34 @@ void ControlEngine::judge_nodes(Watch& w, int generation, const std::vector<int>
       paces.push_back(NodePace{options_.node_rank, pace_->step, pace_->own_seconds});
     }
   }
+  // Each verdict is logged, and kept with the line for the run report.
+  const auto tell = [this](NodePaceJudge::Verdict v, const std::string& line) {
+    if (v.straggler) {
+      spdlog::warn("{}", line);
+    } else {
+      spdlog::info("{}", line);
+    }
+    v.message = line;
+    std::lock_guard<std::mutex> lock(mutex_);
+    node_verdicts_.push_back(std::move(v));
+  };
   for (const NodePaceJudge::Verdict& v : w.paces.look(paces)) {
     if (!v.straggler) {
-      spdlog::info("{}", v.message);
+      tell(v, v.message);
       continue;
     }
     const std::string why_not = eviction_veto(generation, members, v.node);
     if (!options_.pace.evict || !why_not.empty()) {
-      spdlog::warn("{}{}", v.message,
-                   options_.pace.evict ? " (--straggler=evict: not evicted, " + why_not + ")" : "");
+      tell(v,
+           v.message +
+               (options_.pace.evict ? " (--straggler=evict: not evicted, " + why_not + ")" : ""));
       continue;
     }
     // The node leaves (its watcher reads this record when the generation ends, below), and the
     // others form the next generation without it.
     const std::string* launcher = w.roll.launcher(v.node);
     if (launcher == nullptr || w.ended.count(generation)) continue;
-    spdlog::warn("{}: evicting node {} (--straggler=evict)", v.message, v.node);
+    tell(v, v.message + ": evicting node " + std::to_string(v.node) + " (--straggler=evict)");
     append(*watch_store_, gen("evict", generation), *launcher + " " + v.message);
     // Named after the evicted node, so that every other node (this one included) restarts.
     end_generation(*watch_store_, generation,
@@ -1095,6 +1108,11 @@ std::string ControlEngine::eviction_veto(int generation, const std::vector<int>&
 void ControlEngine::report_pace(Generation generation, std::int64_t step, double own_seconds) {
   std::lock_guard<std::mutex> lock(mutex_);
   pace_ = PaceReport{generation.index(), step, own_seconds};
+}
+
+std::vector<NodePaceJudge::Verdict> ControlEngine::take_node_verdicts() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::exchange(node_verdicts_, {});
 }
 
 void ControlEngine::declare_lost(Watch& w, int node, int generation,

@@ -81,6 +81,7 @@ class ControlEngine final : public Control {
                                     std::chrono::milliseconds timeout) override;
   void report_generation_failure(Generation generation, const FailureNotice& notice) override;
   void report_pace(Generation generation, std::int64_t step, double own_seconds) override;
+  std::vector<NodePaceJudge::Verdict> take_node_verdicts() override;
   void report_generation_success(Generation generation) override;
   void watch(std::shared_ptr<ExternalStop> stop) override;
   void report_failure(const FailureNotice& notice) override;
@@ -190,6 +191,7 @@ class ControlEngine final : public Control {
     double own_seconds = 0;
   };
   std::optional<PaceReport> pace_;  // this node's latest (report_pace), sent with the heartbeat
+  std::vector<NodePaceJudge::Verdict> node_verdicts_;  // not yet taken (take_node_verdicts)
   std::optional<FailureRecord> seen_failure_;
   std::optional<FailureRecord> peer_generation_failure_;
   std::optional<std::string> lost_;  // why this node lost the job, when it did

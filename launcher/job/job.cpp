@@ -748,6 +748,7 @@ class JobRun {
       sup.on_node_pace = [this](Generation g, std::int64_t step, double own) {
         control_->report_pace(g, step, own);
       };
+      sup.node_verdicts = [this] { return control_->take_node_verdicts(); };
       outcome = supervise(generations, sup);
     } catch (const std::exception& e) {
       fail_here(e.what());

@@ -182,7 +182,8 @@ class RunReport {
   //                                reported phase (store_s, communicator_s), first_step_s)
   //                                step_times (seen, stride, fields, points[] as [generation,
   //                                step, own_s]: each counted step's own time, thinned as loss)
-  //   stragglers[]                 process, at, named (false: recovered), line; at most
+  //   stragglers[]                 process ("rank 1"; "node 2": the verdicts across nodes this
+  //                                node reached), at, named (false: recovered), line; at most
   //                                kMaxStragglerEvents, then stragglers_dropped counts
   //   preflight[]                  generation, seconds, outcome, nodes[] (node, gflops,
   //                                best_out_mbs, best_in_mbs, named); at most kMaxPreflightChecks

@@ -36,11 +36,12 @@ std::string stopped_note(const WorkerGroup& group) {
 }  // namespace
 
 PaceGuard::PaceGuard(boost::asio::io_context& io, PaceOptions options, std::string where,
-                     const Observers& observers, NodePaceSink node_pace)
+                     const Observers& observers, NodePaceSink node_pace, NodeVerdicts node_verdicts)
     : timer_(io),
       tracker_(options, {}, std::move(where)),
       observers_(observers),
-      node_pace_(std::move(node_pace)) {}
+      node_pace_(std::move(node_pace)),
+      node_verdicts_(std::move(node_verdicts)) {}
 
 void PaceGuard::begin_generation(const WorkerGroup& group, Generation g, Watching watching,
                                  Late late) {
@@ -64,6 +65,7 @@ void PaceGuard::cancel() {
 }
 
 void PaceGuard::generation_ended(int index, bool failed) {
+  take_node_verdicts();  // an eviction ends the generation it was reached in
   std::vector<PaceTracker::Summary> paces;
   for (std::size_t i = 0; i < tracker_.size(); ++i) paces.push_back(tracker_.summary(i));
   ledger_.generation_ended(index, paces, failed);
@@ -114,6 +116,15 @@ void PaceGuard::tell_node_pace(std::int64_t step) {
   if (own.empty()) return;
   told_at_ = now;
   node_pace_(generation_, step, median_of(own));
+  take_node_verdicts();
+}
+
+void PaceGuard::take_node_verdicts() {
+  if (!node_verdicts_) return;
+  for (const NodePaceJudge::Verdict& v : node_verdicts_()) {
+    const PaceTracker::Verdict verdict{v.straggler, 0, "node " + std::to_string(v.node), v.message};
+    for (auto& o : observers_) o->straggler(generation_, verdict);
+  }
 }
 
 // Sets the timer to the earliest deadline, unless it is already set for it (most steps only move

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "launcher/health/ledger.h"
+#include "launcher/health/node_pace.h"
 #include "launcher/health/pace.h"
 #include "launcher/supervise/observers.h"
 #include "launcher/supervise/restart_policy.h"
@@ -35,12 +36,18 @@ class PaceGuard {
   // This node's pace (the median of its ranks' own step times) after its ranks' latest counted
   // step, for the other nodes (launcher/health/node_pace.h).
   using NodePaceSink = std::function<void(Generation, std::int64_t step, double own_seconds)>;
+  // The straggler verdicts across nodes reached here (by the control plane's decider) since the
+  // last call, each with the line logged for it.
+  using NodeVerdicts = std::function<std::vector<NodePaceJudge::Verdict>()>;
 
   // `where`: this node in straggler lines ("on node 1 (host-b)"), may be empty. `observers` (must
-  // outlive the guard) are told each counted step's own time and each straggler verdict;
-  // `node_pace` (may be empty) this node's pace, at most every kNodePaceEvery.
+  // outlive the guard) are told each counted step's own time and each straggler verdict, this
+  // node's ranks' and (from `node_verdicts`, asked whenever the pace is told and when a
+  // generation ends) the nodes'; `node_pace` (may be empty) this node's pace, at most every
+  // kNodePaceEvery.
   PaceGuard(boost::asio::io_context& io, PaceOptions options, std::string where,
-            const Observers& observers, NodePaceSink node_pace = {});
+            const Observers& observers, NodePaceSink node_pace = {},
+            NodeVerdicts node_verdicts = {});
 
   // Generation `g` of `group` begins: the previous one's pace is forgotten.
   void begin_generation(const WorkerGroup& group, Generation g, Watching watching, Late late);
@@ -61,6 +68,7 @@ class PaceGuard {
  private:
   void rearm();
   void tell_node_pace(std::int64_t step);
+  void take_node_verdicts();
 
   boost::asio::steady_timer timer_;
   PaceTracker tracker_;
@@ -73,6 +81,7 @@ class PaceGuard {
   Late late_;
   const Observers& observers_;
   NodePaceSink node_pace_;
+  NodeVerdicts node_verdicts_;
   std::optional<PaceTracker::Clock::time_point> told_at_;
   Generation generation_;
 };

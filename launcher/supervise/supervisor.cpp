@@ -49,7 +49,8 @@ class Supervisor {
                  [this](const std::string& name, const std::string& line) {
                    for (auto& o : observers_) o->process_line(name, line);
                  }),
-        pace_guard_(io_, options.pace, options.node_label, observers_, options.on_node_pace),
+        pace_guard_(io_, options.pace, options.node_label, observers_, options.on_node_pace,
+                    options.node_verdicts),
         group_(io_, options.kill_timeout,
                WorkerGroup::Events{[this](Process& p) { on_exited(p); }, [this] { maybe_finish(); },
                                    [this](Process& p, const std::string& line) {

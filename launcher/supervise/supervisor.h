@@ -47,6 +47,7 @@
 
 #include "env/contract.h"
 #include "launcher/cluster/generation.h"
+#include "launcher/health/node_pace.h"
 #include "launcher/health/pace.h"
 #include "launcher/supervise/exit_status.h"
 #include "launcher/supervise/outcome.h"
@@ -94,6 +95,9 @@ struct SupervisorOptions {
   // This node's pace after its ranks' steps, for the other nodes (PaceGuard::NodePaceSink). May
   // be empty.
   std::function<void(Generation, std::int64_t, double)> on_node_pace;
+  // The straggler verdicts across nodes reached on this node since the last call, for the
+  // observers (PaceGuard::NodeVerdicts). May be empty.
+  std::function<std::vector<NodePaceJudge::Verdict>()> node_verdicts;
   // True when a restart may give this node's processes other indices (an elastic job whose
   // membership changed): each keeps its log file by name (workerlog.<index>).
   bool indices_may_change = false;

@@ -246,6 +246,10 @@ TEST(NodePace, ASlowNodeIsEvictedAndTheElasticJobGoesOnWithoutIt) {
   }
   EXPECT_TRUE(contains(nodes[0].run->err(), "evicting node 2 (--straggler=evict)"))
       << nodes[0].run->err();
+  // Node 0's run report keeps the verdict with its line.
+  const std::string report = read_file(nodes[0].logs / "report.json");
+  EXPECT_TRUE(contains(report, "\"process\":\"node 2\"")) << report.substr(0, 3000);
+  EXPECT_TRUE(contains(report, "evicting node 2 (--straggler=evict)")) << report.substr(0, 3000);
 }
 
 TEST(NodePace, ASlowNodeOfAFixedJobIsNamedAndTheJobGoesOn) {
@@ -262,6 +266,9 @@ TEST(NodePace, ASlowNodeOfAFixedJobIsNamedAndTheJobGoesOn) {
   }
   EXPECT_TRUE(contains(nodes[0].run->err(), "straggler: node 2 takes")) << nodes[0].run->err();
   EXPECT_FALSE(contains(nodes[0].run->err(), "straggler: node 1 takes")) << nodes[0].run->err();
+  const std::string report = read_file(nodes[0].logs / "report.json");
+  EXPECT_TRUE(contains(report, "\"process\":\"node 2\"")) << report.substr(0, 3000);
+  EXPECT_TRUE(contains(report, "straggler: node 2 takes")) << report.substr(0, 3000);
 }
 
 }  // namespace

@@ -555,6 +555,15 @@ TEST_P(EngineTest, ASlowNodeIsEvictedFromAnElasticJobAndTheOthersGoOnWithoutIt) 
   const Membership m0 = nodes[0].engine->join_generation(Generation(1));
   EXPECT_EQ(m0.nodes, (std::vector<int>{0, 1}));
   EXPECT_EQ(m1.get().nodes, (std::vector<int>{0, 1}));
+  // The decider (node 0) keeps the verdict, with the line it logged, for its run report.
+  const std::vector<NodePaceJudge::Verdict> verdicts = nodes[0].engine->take_node_verdicts();
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_EQ(verdicts[0].node, 2);
+  EXPECT_TRUE(verdicts[0].straggler);
+  EXPECT_TRUE(has(verdicts[0].message, "evicting node 2 (--straggler=evict)"))
+      << verdicts[0].message;
+  EXPECT_TRUE(nodes[0].engine->take_node_verdicts().empty()) << "taken once";
+  EXPECT_TRUE(nodes[1].engine->take_node_verdicts().empty()) << "node 1 does not judge";
   EXPECT_FALSE(nodes[2].engine->finish());
   for (int n = 0; n < 2; ++n) nodes[n].engine->report_generation_success(Generation(1));
   auto f1 = std::async(std::launch::async, [&] { return nodes[1].engine->finish(); });
@@ -574,6 +583,10 @@ TEST_P(EngineTest, ASlowNodeOfAFixedJobIsNotEvicted) {
     EXPECT_FALSE(nodes[n].stop->requested());
     EXPECT_FALSE(nodes[n].stop->generation_failure(Generation(0)));
   }
+  const std::vector<NodePaceJudge::Verdict> verdicts = nodes[0].engine->take_node_verdicts();
+  ASSERT_EQ(verdicts.size(), 1u);
+  EXPECT_TRUE(has(verdicts[0].message, "(--straggler=evict: not evicted, a job with a fixed"))
+      << verdicts[0].message;
   for (Running& n : nodes) n.engine->report_generation_success(Generation(0));
   std::vector<std::future<std::optional<FailureRecord>>> f;
   for (int n = 1; n < 3; ++n) {
