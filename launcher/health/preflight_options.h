@@ -4,9 +4,15 @@
 
 namespace ddl::launcher {
 
+enum class PreflightMode {
+  kOff,
+  kOn,
+  kAuto,  // on when the generation's nodes are on more than one machine (preflight::spans_machines)
+};
+
 struct PreflightOptions {
-  bool enabled = false;  // --preflight=on
-  double ratio = 2;      // a node below the median divided by this is named
+  PreflightMode mode = PreflightMode::kAuto;
+  double ratio = 2;  // a node below the median divided by this is named
 };
 
 }  // namespace ddl::launcher

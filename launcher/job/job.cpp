@@ -607,7 +607,13 @@ class JobRun {
   // reaches the same verdict (launcher/preflight/check.h); preflight::decide says what follows.
   // `first`: before the supervisor runs, so a stop or a departure is told to the others here.
   void check_nodes(const Membership& membership, bool first) {
-    if (!options_.preflight.enabled || membership.nodes.size() < 2) return;
+    if (options_.preflight.mode == PreflightMode::kOff || membership.nodes.size() < 2) return;
+    if (options_.preflight.mode == PreflightMode::kAuto &&
+        !preflight::spans_machines(membership.hosts)) {
+      spdlog::debug("--preflight=auto: the nodes of generation {} share a machine; no check",
+                    membership.generation.index());
+      return;
+    }
     preflight::CheckOptions check;
     check.ratio = options_.preflight.ratio;
     preflight::CheckResult result;

@@ -757,20 +757,31 @@ std::vector<FlagSpec> failures() {
   t.push_back(
       Flag("preflight")
           .value("MODE")
-          .choice({"off", "on"}, "expected off or on")
+          .choice({"auto", "off", "on"}, "expected auto, off or on")
           .group(FlagGroup::kFailures)
-          .default_is("off")
+          .default_is("auto")
           .help("on: before each generation of a multi-node job, measure every node's compute "
                 "and links and name a node far below the others (a fixed job stops, an elastic "
-                "one goes on without it)")
+                "one goes on without it); auto: on when the nodes are on several machines")
           .doc("`on`: before each generation of a multi-node job starts its workers, every node "
                "measures its compute (a matmul) and its links to the others (in log2 N rounds of "
                "pairs); a node whose matmul is below the median divided by `--preflight_ratio`, "
-               "whose best link is a tenth of the median, or that cannot be reached, is named. A job with a fixed `--nnodes` then stops; an "
-               "elastic one with restarts left goes on without it. About 0.25 s per generation. "
-               "See [Failure semantics](failures.md#the-pre-flight-check).")
+               "whose best link is a tenth of the median, or that cannot be reached, is named. A "
+               "job with a fixed `--nnodes` then stops; an elastic one with restarts left goes on "
+               "without it. About 0.25 s per generation. `auto` (the default): on when the "
+               "generation's nodes are on more than one machine (their addresses differ and are "
+               "not all loopback), off for nodes that share one, whose numbers would only measure "
+               "each other. See [Failure semantics](failures.md#the-pre-flight-check).")
           .config([](const LaunchOptions& o) {
-            return std::optional(std::string(o.preflight.enabled ? "on" : "off"));
+            switch (o.preflight.mode) {
+              case PreflightMode::kOn:
+                return std::optional(std::string("on"));
+              case PreflightMode::kOff:
+                return std::optional(std::string("off"));
+              case PreflightMode::kAuto:
+                break;
+            }
+            return std::optional(std::string("auto"));
           })
           .done());
   t.push_back(

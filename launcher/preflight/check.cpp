@@ -118,6 +118,13 @@ CheckResult run_check(Control& control, const Membership& membership, const Chec
   return result;
 }
 
+bool spans_machines(const std::vector<std::string>& hosts) {
+  for (const std::string& h : hosts) {
+    if (!same_machine(h, hosts.front())) return true;
+  }
+  return false;
+}
+
 std::string summary_line(const CheckResult& result) {
   const Verdict& v = result.verdict;
   std::optional<std::pair<double, int>> slowest;

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "launcher/coord/control_plane.h"
 #include "launcher/health/preflight.h"
@@ -32,6 +33,11 @@ struct CheckResult {
 // cannot be exchanged (a member's missing or malformed, the job failed meanwhile), or when this
 // node cannot listen for the link probes.
 CheckResult run_check(Control& control, const Membership& membership, const CheckOptions& options);
+
+// Whether `hosts` (each member's address) are on more than one machine: two differ and are not
+// both loopback. --preflight=auto checks only then; every node reaches the same answer from the
+// same membership.
+bool spans_machines(const std::vector<std::string>& hosts);
 
 // One line of the numbers: "pre-flight check of generation 0 (3 nodes, 0.31 s): matmul median
 // 9.84 GFLOP/s (lowest 9.12, node 2); links out median 2310 MB/s (lowest ...)".

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "launcher/preflight/check.h"
 #include "launcher/preflight/probes.h"
 #include "tests/e2e/launch/launch_helpers.h"
 
@@ -66,14 +67,14 @@ struct Node {
 };
 
 std::vector<std::string> node_flags(int node, int port, const fs::path& logs,
-                                    const std::string& nnodes,
-                                    const std::vector<std::string>& more = {}) {
+                                    const std::string& nnodes, const std::vector<std::string>& more,
+                                    const std::string& mode) {
   std::vector<std::string> flags = {"--nnodes=" + nnodes,
                                     "--node_rank=" + std::to_string(node),
                                     "--master_addr=127.0.0.1",
                                     "--master_port=" + std::to_string(port),
                                     "--nproc_per_node=1",
-                                    "--preflight=on",
+                                    "--preflight=" + mode,
                                     "--log_dir",
                                     logs.string(),
                                     "--print_config=false",
@@ -85,11 +86,11 @@ std::vector<std::string> node_flags(int node, int port, const fs::path& logs,
 
 // Starts the three nodes, node 2 under `quota` when given.
 void start(Node (&nodes)[kNodes], const std::string& nnodes, const CpuQuota* quota,
-           const std::vector<std::string>& more = {}) {
+           const std::vector<std::string>& more = {}, const std::string& mode = "on") {
   const int port = free_loopback_port();
   for (int k = 0; k < kNodes; ++k) {
-    nodes[k].run.emplace(nodes[k].dir, node_flags(k, port, nodes[k].logs, nnodes, more), kJobEnv,
-                         k == 2 && quota ? quota->prefix() : std::vector<std::string>{});
+    nodes[k].run.emplace(nodes[k].dir, node_flags(k, port, nodes[k].logs, nnodes, more, mode),
+                         kJobEnv, k == 2 && quota ? quota->prefix() : std::vector<std::string>{});
   }
 }
 
@@ -115,6 +116,23 @@ TEST(Preflight, EqualNodesPassAndTheReportHasTheirNumbers) {
     EXPECT_EQ(n["named"], "");
   }
   EXPECT_TRUE(contains(read_file(nodes[0].logs / "report.html"), "Pre-flight checks"));
+}
+
+// --preflight=auto (the default) checks nodes on several machines only: these three share one,
+// so even the throttled one is not measured and the job runs.
+TEST(Preflight, AutoLeavesNodesSharingAMachineUnchecked) {
+  EXPECT_FALSE(spans_machines({"127.0.0.1", "127.0.0.2", "localhost"}));
+  EXPECT_FALSE(spans_machines({"10.0.0.1", "10.0.0.1"}));
+  EXPECT_TRUE(spans_machines({"10.0.0.1", "10.0.0.2"}));
+  EXPECT_TRUE(spans_machines({"127.0.0.1", "10.0.0.2"}));
+  CpuQuota quota(10);
+  Node nodes[kNodes];
+  start(nodes, "3", &quota, {}, "auto");
+  for (int k = 0; k < kNodes; ++k) {
+    ASSERT_EQ(nodes[k].run->wait(kJobTimeout), 0) << "node " << k << ":\n" << nodes[k].run->err();
+    EXPECT_FALSE(contains(nodes[k].run->err(), "pre-flight check of")) << nodes[k].run->err();
+  }
+  EXPECT_TRUE(report_of(nodes[0].logs)["preflight"].empty());
 }
 
 TEST(Preflight, AThrottledNodeStopsAFixedJobBeforeAnyWorkerStarts) {

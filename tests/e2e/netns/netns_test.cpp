@@ -69,13 +69,17 @@ struct NodeRun {
 
 // Starts launch on every node of `lab`, waits for both, returns rank 0's summary; every rank's
 // summary must agree on the parameters. `dropped` (if given) gets the packets the lab's random
-// drops took from the job.
-json two_node_training(NetnsLab& lab, int max_steps, long* dropped = nullptr) {
+// drops took from the job. `preflight`: the --preflight mode (auto: the check runs, the nodes
+// have addresses of their own).
+json two_node_training(NetnsLab& lab, int max_steps, long* dropped = nullptr,
+                       const std::string& preflight = "auto") {
   NodeRun nodes[kNodes];
   for (int k = 0; k < kNodes; ++k) {
-    nodes[k].launch.emplace(nodes[k].dir,
-                            concat(node_flags(lab, k, kPort, nodes[k].logs), train_args(max_steps)),
-                            kJobEnv, lab.exec_prefix(k));
+    nodes[k].launch.emplace(
+        nodes[k].dir,
+        concat(concat(node_flags(lab, k, kPort, nodes[k].logs), {"--preflight=" + preflight}),
+               train_args(max_steps)),
+        kJobEnv, lab.exec_prefix(k));
   }
   for (int k = 0; k < kNodes; ++k) {
     EXPECT_EQ(nodes[k].launch->wait(kJobTimeout), 0) << "node " << k << ":\n"
@@ -107,7 +111,9 @@ TEST(NetnsTraining, CleanVersusFaultyNetwork) {
     lab.drop_random(0, 1);
     lab.drop_random(1, 1);
     lab.limit(1, "20mbit", "50ms");
-    faulty = two_node_training(lab, 20, &dropped);
+    // Training through the faults is the point here: the pre-flight check would name node 1's
+    // throttled link and stop the job before it started (NetnsPreflight tests that).
+    faulty = two_node_training(lab, 20, &dropped, "off");
   }
   // The faults were real: the job's traffic lost packets and still got through.
   EXPECT_GT(dropped, 0);
@@ -220,8 +226,9 @@ TEST(NetnsTraining, EtcdPlaneRecoversFromAPartitionedNode) {
 // outgoing rate limited by tc tbf to 20 Mbit/s. Its links out are the slow ones (the probes send
 // 4 MiB each), so node 2 is named and the fixed job stops before any worker starts, on every
 // node, with the same line; nothing is left in any namespace.
-// Starts hello_worker on three node namespaces with --preflight=on.
-void start_checked(NetnsLab& lab, NodeRun (&nodes)[3]) {
+// Starts hello_worker on three node namespaces with --preflight=`mode` (auto: on, the nodes have
+// addresses of their own).
+void start_checked(NetnsLab& lab, NodeRun (&nodes)[3], const std::string& mode) {
   const std::string hello = kBin + "/hello_worker";
   for (int k = 0; k < 3; ++k) {
     nodes[k].launch.emplace(
@@ -229,7 +236,7 @@ void start_checked(NetnsLab& lab, NodeRun (&nodes)[3]) {
         std::vector<std::string>{"--nnodes=3", "--node_rank=" + std::to_string(k),
                                  "--master_addr=" + lab.node_address(0),
                                  "--master_port=" + std::to_string(kPort), "--nproc_per_node=1",
-                                 "--preflight=on", "--log_dir", nodes[k].logs.string(),
+                                 "--preflight=" + mode, "--log_dir", nodes[k].logs.string(),
                                  "--print_config=false", "--rendezvous_timeout=60", hello},
         kJobEnv, lab.exec_prefix(k));
   }
@@ -238,7 +245,7 @@ void start_checked(NetnsLab& lab, NodeRun (&nodes)[3]) {
 TEST(NetnsPreflight, EqualNodesPass) {
   NetnsLab lab(3);
   NodeRun nodes[3];
-  start_checked(lab, nodes);
+  start_checked(lab, nodes, "auto");
   for (int k = 0; k < 3; ++k) {
     EXPECT_EQ(nodes[k].launch->wait(kJobTimeout), 0) << nodes[k].launch->err();
     EXPECT_TRUE(contains(nodes[k].launch->err(), "best link out median")) << nodes[k].launch->err();
@@ -250,7 +257,7 @@ TEST(NetnsPreflight, AThrottledLinkIsNamed) {
   NetnsLab lab(3);
   lab.limit(2, "20mbit", "50ms");
   NodeRun nodes[3];
-  start_checked(lab, nodes);
+  start_checked(lab, nodes, "on");
   for (int k = 0; k < 3; ++k) {
     const std::optional<int> code = nodes[k].launch->wait(kJobTimeout);
     ASSERT_TRUE(code.has_value()) << nodes[k].launch->err();
