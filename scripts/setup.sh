@@ -14,6 +14,14 @@ packages=(
   g++ make cmake pkg-config ca-certificates
   libboost1.81-dev libcxxopts-dev nlohmann-json3-dev libspdlog-dev zlib1g-dev libgtest-dev
   libtorch-dev libgloo-dev
+  # The BLAS LibTorch and python3-torch multiply with is Debian's libblas.so.3 alternative, the
+  # reference (netlib) one unless another is installed. torch.mm of 2048x2048 floats on 2 threads
+  # (AMD EPYC, AVX-512; docs/PERFORMANCE.md): reference 3.6 GFLOP/s, BLIS (libblis4-pthread)
+  # 59.7-62.9 (26.7 on its default of one thread), OpenBLAS 192.5 (102 on one thread). OpenBLAS's
+  # pthread build follows OMP_NUM_THREADS, which launch sets per worker, and takes the
+  # alternative over at priority 100. libblas3, the reference, stays beside it: the test
+  # of train_mnist's warning for it loads it by path.
+  libopenblas0-pthread libblas3
   clang libclang-rt-14-dev
   strace
   # Stack dumps of stuck workers (launcher/diagnose/): eu-stack first, gdb when it fails.

@@ -22,6 +22,7 @@
 // Exit codes (env/exit_codes.h): 0 done, 1 training failed, 2 bad options, 3 bad data,
 // 4 checkpoint problem, 5 environment / rendezvous / collective / parameter-server failure,
 // 124 a rendezvous or collective deadline passed.
+#include <malloc.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
@@ -30,7 +31,6 @@
 #include <cstdio>
 #include <cstring>
 #include <cxxopts.hpp>
-#include <malloc.h>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -46,10 +46,11 @@
 #include "examples/mnist/mnist_data.h"
 #include "examples/mnist/mnist_net.h"
 #include "logging/log.h"
-#include "worker/runtime/fault.h"
 #include "worker/ps/parameter_client.h"
 #include "worker/ps/parameter_server.h"
 #include "worker/ps/sharding.h"
+#include "worker/runtime/compute_libraries.h"
+#include "worker/runtime/fault.h"
 #include "worker/runtime/parallel.h"
 #include "worker/runtime/progress.h"
 #include "worker/runtime/torch_error.h"
@@ -664,6 +665,13 @@ int train(const Options& opt) {
       env.rank, env.world_size, device.str(), torch::get_num_threads(), replicas->mode(),
       data_path, train_set.size(), test_set.size(), sampler.batches_per_epoch(), opt.batch_size,
       opt.optimizer, opt.lr);
+  // Which BLAS does the work is decided on this machine (the libblas.so.3 alternative), not at
+  // build time: said once, with a warning for the reference one.
+  const ComputeLibraries compute = detect_compute_libraries();
+  spdlog::info("rank {}: {}", env.rank, describe(compute));
+  if (const std::string warning = reference_blas_warning(compute); !warning.empty()) {
+    spdlog::warn("rank {}: {}", env.rank, warning);
+  }
 
   auto save = [&](std::int64_t epoch, std::int64_t next_batch) {
     if (checkpoint.empty()) return;

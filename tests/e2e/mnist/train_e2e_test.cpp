@@ -49,6 +49,10 @@ RunResult run(const std::vector<std::string>& args, const std::string& log,
 
 bool have_data() { return ddl::testing::have_mnist_data(); }
 
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
 #define SKIP_WITHOUT_DATA() \
   if (!have_data()) GTEST_SKIP() << kData << " is missing: run scripts/fetch_mnist.sh first"
 
@@ -166,6 +170,35 @@ TEST(TrainMnistE2E, StandaloneRunIsAWorldOfOne) {
   EXPECT_EQ(log.summaries[0]["world"], 1);
   EXPECT_EQ(log.summaries[0]["steps"], 3);
   EXPECT_EQ(log.losses.size(), 3u);
+}
+
+// Which BLAS multiplies is this machine's choice (the libblas.so.3 alternative): the trainer says
+// which, once, and warns when it is the reference BLAS. scripts/setup.sh installs OpenBLAS, which
+// takes the alternative over, and keeps Debian's reference libblas3 beside it, chosen here
+// through LD_LIBRARY_PATH.
+TEST(TrainMnistE2E, SaysWhichBlasItRunsOnAndWarnsOfTheReferenceOne) {
+  SKIP_WITHOUT_DATA();
+  TempDir tmp;
+  const std::vector<std::string> trainer = {
+      kBin + "/train_mnist", "--max_steps", "2", "--save", "", "--data", kData};
+  const RunResult optimised = run(trainer, tmp.file("openblas"));
+  ASSERT_EQ(optimised.exit_code, 0) << optimised.output;
+  EXPECT_TRUE(contains(optimised.output, "rank 0: BLAS: OpenBLAS ")) << optimised.output;
+  EXPECT_TRUE(contains(optimised.output, " kernels, ")) << optimised.output;
+  EXPECT_TRUE(contains(optimised.output, "; CPU: ")) << optimised.output;
+  EXPECT_FALSE(contains(optimised.output, "reference BLAS")) << optimised.output;
+
+  const std::string netlib = "/usr/lib/x86_64-linux-gnu/blas";
+  std::vector<std::string> with_netlib = {"/usr/bin/env", "LD_LIBRARY_PATH=" + netlib};
+  with_netlib.insert(with_netlib.end(), trainer.begin(), trainer.end());
+  const RunResult reference = run(with_netlib, tmp.file("netlib"));
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  EXPECT_TRUE(contains(reference.output, "rank 0: BLAS: the reference BLAS (netlib) (" + netlib))
+      << reference.output;
+  EXPECT_TRUE(contains(reference.output,
+                       "[warning] [vm rank 0] rank 0: the matrix products run on the reference "
+                       "BLAS"))
+      << reference.output;
 }
 
 // The course's command on a machine whose LibTorch sees no GPU: each rank trains on the CPU and
