@@ -44,13 +44,8 @@ BIN = os.path.join(REPO, "build", "bin")
 DATA = os.path.join(REPO, "data", "mnist")
 TORCH_PYTHON = "/usr/bin/python3"
 
-
-def cpu_model():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "unknown"
+sys.path.insert(0, HERE)
+from machine import cpu_model, describe  # noqa: E402,F401  (evict.py, preflight.py take cpu_model)
 
 
 def free_port():
@@ -235,7 +230,7 @@ def main():
         if not os.access(os.path.join(BIN, b), os.X_OK):
             sys.exit(f"detect: {BIN}/{b} is missing: build first")
     work = tempfile.mkdtemp(prefix="ddl-detect-")
-    rec = {"cpu": cpu_model(), "cores": os.cpu_count()}
+    rec = {"cpu": cpu_model(), "cores": os.cpu_count(), "machine": describe()}
     rec["stop_ours"] = ours_stop(work, ["--step_timeout_floor=0"],
                                  "step timeout:", a.cap)
     rec["stop_ours_floor"] = ours_stop(work, [f"--step_timeout_floor={a.floor}"], "step timeout:", a.cap)
@@ -252,7 +247,7 @@ def main():
         return f" ({r['seconds'] / r['pace_s']:.1f} paces of {r['pace_s'] * 1000:.1f} ms)" \
             if r.get("seconds") and r.get("pace_s") else ""
     so, sf = rec["stop_ours"], rec["stop_ours_floor"]
-    print(f"# {rec['cpu']}, {rec['cores']} cores; 2-rank train_mnist (Gloo), torchrun + DDP reference")
+    print(f"# {rec['machine']}; 2-rank train_mnist (Gloo), torchrun + DDP reference")
     print("| fault | ours (floor 0) | ours (floor F) | fixed --hang_timeout | torchrun |")
     print("|---|---:|---:|---:|---:|")
     print(f"| rank 1 SIGSTOPped | {secs(so)}{paces(so)} | {secs(sf)} (F = {a.floor:g} s) | "

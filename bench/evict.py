@@ -30,7 +30,8 @@ REPO = os.path.dirname(HERE)
 BIN = os.path.join(REPO, "build", "bin")
 DATA = os.path.join(REPO, "data", "mnist")
 sys.path.insert(0, HERE)
-from detect import cpu_model, free_port  # noqa: E402
+from detect import free_port  # noqa: E402
+from machine import describe  # noqa: E402
 from preflight import CpuQuota  # noqa: E402
 
 BATCH = 100
@@ -142,9 +143,9 @@ def main():
     finally:
         quota.close()
     print()
-    print("CPU: %s, %d cores; 3 loopback nodes x 1 train_mnist rank (Gloo, 1 thread), batch %d, "
-          "node 2 cut to %d%% of a core after %d batches" % (cpu_model(), os.cpu_count(), BATCH,
-                                                           args.quota, args.throttle_at))
+    print("%s; 3 loopback nodes x 1 train_mnist rank (Gloo, 1 thread), batch %d, "
+          "node 2 cut to %d%% of a core after %d batches" % (describe(), BATCH, args.quota,
+                                                           args.throttle_at))
 
     def med(i):
         v = [r[i] for r in rows if r[i]]

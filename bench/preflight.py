@@ -28,7 +28,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 BIN = os.path.join(REPO, "build", "bin")
 sys.path.insert(0, HERE)
-from detect import cpu_model, free_port  # noqa: E402
+from detect import free_port  # noqa: E402
+from machine import describe  # noqa: E402
 
 
 class CpuQuota:
@@ -129,8 +130,7 @@ def main():
     finally:
         quota.close()
     print()
-    print("CPU: %s, %d cores; %d loopback nodes, one launcher each, hello_worker" %
-          (cpu_model(), os.cpu_count(), args.nodes))
+    print("%s; %d loopback nodes, one launcher each, hello_worker" % (describe(), args.nodes))
     print("| case | runs | check, median (max) | named as expected | false alarms | matmul median / slow node |")
     print("|---|---:|---|---:|---:|---|")
     for case, rs in results.items():

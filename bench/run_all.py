@@ -12,7 +12,6 @@ import json
 import os
 import platform
 import re
-import shutil
 import socket
 import statistics
 import subprocess
@@ -24,29 +23,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 TORCH_PYTHON = "/usr/bin/python3"
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from machine import blas, cpu_flags, cpu_model, peaks  # noqa: E402
+
 
 # --- machine ------------------------------------------------------------------------------------
 
 def load1():
     with open("/proc/loadavg") as f:
         return float(f.read().split()[0])
-
-
-def cpu_model():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
-
-
-def cpu_flags():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-                return " ".join(x for x in ("avx2", "fma", "avx512f") if x in flags)
-    return ""
 
 
 def command_output(cmd, default="unknown"):
@@ -256,12 +241,22 @@ def rank0_summary(text, side):
     return found[-1]
 
 
+def said_blas(worker_log):
+    """What train_mnist said it computes with ("BLAS: OpenBLAS 0.3.21, ..."), or None."""
+    for line in worker_log.splitlines():
+        at = line.find(": BLAS: ")
+        if at >= 0:
+            return line[at + 2:]
+    return None
+
+
 def bench_training(sides, ranks_list, reps, epochs, max_steps, seed):
     rows = []
     common = ["--epochs", str(epochs), "--batch_size", "100", "--lr", "0.01", "--optimizer", "sgd",
               "--seed", str(seed), "--data_dir", sides.data]
     if max_steps:
         common += ["--max_steps", str(max_steps)]
+    ours_blas = None
     for n in ranks_list:
         runs = {"ours": [], "ref": []}
         for rep in range(reps):
@@ -274,6 +269,7 @@ def bench_training(sides, ranks_list, reps, epochs, max_steps, seed):
                     wall, text = timed(cmd, env_for(n), sides.log(f"train-ours-{n}"), 1800)
                     with open(os.path.join(log_dir, "workerlog.0"), errors="replace") as f:
                         text = f.read()
+                    ours_blas = said_blas(text) or ours_blas
                 else:
                     cmd = sides.torchrun(n, "ref_train_ddp.py", *common)
                     wall, text = timed(cmd, env_for(n), sides.log(f"train-ref-{n}"), 1800)
@@ -285,7 +281,7 @@ def bench_training(sides, ranks_list, reps, epochs, max_steps, seed):
                   f"{runs['ours'][-1]['images_per_sec']:.0f} img/s {runs['ours'][-1]['wall_s']:.1f} s, "
                   f"DDP {runs['ref'][-1]['images_per_sec']:.0f} img/s {runs['ref'][-1]['wall_s']:.1f} s "
                   f"(load {load1():.2f})", flush=True)
-        row = {"ranks": n, "threads": threads_for(n), "runs": runs}
+        row = {"ranks": n, "threads": threads_for(n), "runs": runs, "ours_blas": ours_blas}
         add_medians(row, runs, ("wall_s", "images_per_sec", "train_seconds", "test_accuracy"))
         # Each repetition runs the two sides back to back, so the ratio within a repetition
         # shares its moment's load; the median of those ratios is the robust figure.
@@ -545,6 +541,8 @@ def table(result):
     out = []
     out.append(f"Machine: {m['nproc']} CPUs, {m['cpu']} ({m['flags']}), {m['os']}; "
                f"1-min load {m['load_before']:.2f} before, {m['load_after']:.2f} after")
+    out.append(f"BLAS: {m.get('blas', 'unknown')} (the reference's, as loaded; ours, as "
+               f"train_mnist's first run said: {result.get('ours_blas', 'not run')})")
     out.append(f"Versions: torch {v['torch']} (Python {v['python']}), libtorch {v['libtorch']}, "
                f"gloo {v['gloo']}, ddlaunch {v['ddlaunch']}")
     out.append(f"Run: {result['when']}, mode {result['mode']}, medians of "
@@ -611,6 +609,13 @@ def table(result):
             ref = r["ref_images_per_sec"] * flops / 1e9
             out.append(f"  {r['ranks']} rank(s): ours {ours:.1f} GFLOP/s, DDP {ref:.1f} GFLOP/s "
                        f"({ours / m['nproc']:.1f} per core)")
+            pk = result.get("peaks") or {}
+            if pk:
+                out.append(f"    share of this machine's limits, measured in this run on all "
+                           f"{m['nproc']} cores: sgemm {pk['sgemm']:.1f} GFLOP/s -> ours "
+                           f"{100 * ours / pk['sgemm']:.0f}%, DDP {100 * ref / pk['sgemm']:.0f}%; "
+                           f"the net's conv2 in oneDNN {pk['conv']:.1f} GFLOP/s -> ours "
+                           f"{100 * ours / pk['conv']:.0f}%, DDP {100 * ref / pk['conv']:.0f}%")
     if "model_parallel" in result:
         rows = result["model_parallel"]
         base = rows[0]["images_per_sec"]
@@ -761,6 +766,7 @@ def main():
         "mode": "quick" if quick else "full",
         "reps": reps,
         "machine": {"nproc": os.cpu_count(), "cpu": cpu_model(), "flags": cpu_flags(),
+                    "blas": blas(),
                     "os": platform.platform(), "load_before": load_before},
         "versions": versions(),
         "flops_per_image": flops_per_image(),
@@ -787,6 +793,12 @@ def main():
                                         else f"{args.epochs} epoch(s) of 60000 images")
             result["training"] = bench_training(sides, ranks, reps["training"], args.epochs,
                                                 max_steps, args.seed)
+            # The denominator, measured in the same run: what this machine's BLAS and oneDNN
+            # reach on every core.
+            result["peaks"] = peaks()
+            said = [r["ours_blas"] for r in result["training"] if r.get("ours_blas")]
+            if said:
+                result["ours_blas"] = said[0]
         if "model_parallel" in only:
             mp_steps = 60 if quick else args.mp_steps
             result["model_parallel_scope"] = (f"{mp_steps} steps" if mp_steps

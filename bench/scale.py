@@ -31,7 +31,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-import run_all  # noqa: E402  (the house helpers: versions, cpu_model)
+import run_all  # noqa: E402  (the house helpers: versions)
+from machine import describe  # noqa: E402
 import svg_plot  # noqa: E402
 
 TORCH_PYTHON = run_all.TORCH_PYTHON
@@ -117,7 +118,7 @@ def main():
     os.makedirs(work, exist_ok=True)
     os.makedirs(args.svg_dir, exist_ok=True)
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    machine = f"{os.cpu_count()} cores, {run_all.cpu_model()}"
+    machine = describe()
     result = {"when": when, "machine": machine, "versions": run_all.versions()}
     print(f"# scale benchmark, {when}, {machine}; logs in {work}", flush=True)
     subtitle = f"{machine}; {when}; medians of {args.reps}; every series in the same run"
