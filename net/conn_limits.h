@@ -59,6 +59,21 @@ class PendingLimits {
   std::unordered_map<std::string, std::size_t> per_address_;
 };
 
+// The pending caps (total, per address) a server uses: the configured ones, raised to hold
+// `expected_clients` (the job's own connections) plus the configured per-address share, so that a
+// stranger's address still has its usual room beside every member in its handshake at once.
+struct PendingCaps {
+  std::size_t total;
+  std::size_t per_address;
+};
+inline PendingCaps pending_caps_for(std::size_t max_total, std::size_t max_per_address,
+                                    std::size_t expected_clients) {
+  if (expected_clients == 0) return {max_total, max_per_address};
+  const std::size_t wanted = expected_clients + max_per_address;
+  return {wanted > max_total ? wanted : max_total,
+          wanted > max_per_address ? wanted : max_per_address};
+}
+
 // Descriptors this process may still open: the soft RLIMIT_NOFILE less those open. `newest_fd`
 // (a descriptor just opened, the lowest free one) bounds the count from below at no cost; the
 // exact count (reading /proc/self/fd) is taken only when that bound is within `reserve` of the

@@ -91,7 +91,9 @@ class FramedServer::Impl {
   std::atomic<std::size_t> dropped_{0};
   std::atomic<std::size_t> turned_away_{0};
   std::atomic<std::size_t> pending_count_{0};
-  PendingLimits pending_{options_.max_pending_connections, options_.max_pending_per_address};
+  PendingCaps caps_ = pending_caps_for(options_.max_pending_connections,
+                                       options_.max_pending_per_address, options_.expected_clients);
+  PendingLimits pending_{caps_.total, caps_.per_address};
   PendingList pending_order_;
   RejectionTally rejections_;
   asio::steady_timer summary_timer_{io_};
@@ -115,6 +117,8 @@ class FramedServer::Impl::Session : public Connection,
 
   const std::string& address() const { return address_; }
   std::chrono::steady_clock::time_point accepted_at() const { return accepted_at_; }
+  // Sent at least a byte: a client in the middle of its hello, not an idle socket.
+  bool heard_from() const { return heard_from_; }
 
   // Still in its handshake, the oldest one under a full pending cap: makes room for a newer one.
   void evict() {
@@ -210,6 +214,7 @@ class FramedServer::Impl::Session : public Connection,
       }
       return;
     }
+    heard_from_ = heard_from_ || n > 0;
     std::size_t offset = 0;
     while (offset < n && state_ != State::kClosed && state_ != State::kClosing) {
       DecodeStep step = decoder_.feed(rx_.data() + offset, n - offset);
@@ -380,6 +385,7 @@ class FramedServer::Impl::Session : public Connection,
   bool pending_ = true;  // counted in the server's pending caps
   PendingList::iterator pending_pos_;  // in the server's pending_order_ while pending_
   std::chrono::steady_clock::time_point accepted_at_ = std::chrono::steady_clock::now();
+  bool heard_from_ = false;
   State state_ = State::kHandshake;
   int rank_ = -1;
   FrameDecoder decoder_{kMaxHelloPayloadBytes};
@@ -518,6 +524,7 @@ bool FramedServer::Impl::evict_for(Rejection over, const std::string& address) {
   const auto now = std::chrono::steady_clock::now();
   for (Session* s : pending_order_) {
     if (over == Rejection::kAddressCap && s->address() != address) continue;
+    if (s->heard_from()) continue;  // in the middle of its hello
     // The oldest the cap counts is too young: so is every later one.
     if (now - s->accepted_at() < options_.eviction_age) return false;
     const std::shared_ptr<Session> keep = sessions_.at(s);  // alive through its close

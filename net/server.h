@@ -73,11 +73,17 @@ struct ServerOptions {
   // Authenticated connections are not counted.
   std::size_t max_pending_connections = 128;
   std::size_t max_pending_per_address = 64;
+  // The job's own connections this server expects (a store: two per member), 0 when unknown. Both
+  // pending caps are raised to hold all of them at once beside a stranger's share
+  // (pending_caps_for, net/conn_limits.h): a big job's members, slow to finish their handshakes
+  // on a loaded machine, never crowd each other out.
+  std::size_t expected_clients = 0;
   // A connection over a pending cap takes instead the place of the oldest pending connection the
-  // cap counts (of its address, for the per-address cap) if that one has been in its handshake
-  // this long; the oldest is closed. A rank's handshake takes milliseconds, so strangers that
-  // keep the caps full of idle connections hold a slot for about this long, not for the whole
-  // handshake_timeout, and a rank retrying gets in.
+  // cap counts (of its address, for the per-address cap) that has sent nothing yet, if that one
+  // has been in its handshake this long; the oldest is closed. A rank's handshake takes
+  // milliseconds, so strangers that keep the caps full of idle connections hold a slot for about
+  // this long, not for the whole handshake_timeout, and a rank retrying gets in. A connection
+  // that has sent part of its hello is not evicted (the handshake deadline still bounds it).
   std::chrono::milliseconds eviction_age{250};
   // While fewer descriptors than this are free (soft RLIMIT_NOFILE less those open), a new
   // connection is closed as soon as it is accepted, keeping the rest for the job's own files,

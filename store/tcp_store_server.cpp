@@ -312,6 +312,9 @@ class TcpStoreServer::Impl {
     s.service = net::Service::kStore;
     s.name = "store";
     s.rank = o.rank;
+    // Every member may hold two connections at once (a launcher's requests and its watch; a
+    // rank's store client and a retry).
+    s.expected_clients = 2 * static_cast<std::size_t>(std::max(o.world_size, 0));
     return s;
   }
   static std::unique_ptr<net::ServiceHandler> make_service(asio::io_context& io) {

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "net/client.h"
+#include "net/frame.h"
 #include "net/server.h"
 #include "tests/support/poll.h"
 
@@ -242,6 +243,65 @@ TEST(ConnLimits, OverTheServerCapNewConnectionsCloseAtOnceAndRanksStillJoin) {
   int closed = 0;
   for (int fd : idle.fds) closed += closed_by_server(fd, milliseconds(100)) ? 1 : 0;
   EXPECT_EQ(closed, 7) << "the 6 closed at once and the oldest, closed to make room";
+}
+
+TEST(ConnLimits, TheCapsGrowToHoldEveryExpectedClientBesideAStrangersShare) {
+  EXPECT_EQ(pending_caps_for(128, 64, 0).total, 128u);
+  EXPECT_EQ(pending_caps_for(128, 64, 0).per_address, 64u);
+  EXPECT_EQ(pending_caps_for(128, 64, 20).total, 128u) << "a small job keeps the defaults";
+  EXPECT_EQ(pending_caps_for(128, 64, 20).per_address, 84u);
+  EXPECT_EQ(pending_caps_for(128, 64, 2048).total, 2112u);
+  EXPECT_EQ(pending_caps_for(128, 64, 2048).per_address, 2112u);
+}
+
+// A big job's members are slow to finish their handshakes on a loaded machine: with the store
+// told how many to expect, 40 of them in their handshake at once (caps of 4 configured) are all
+// held, none closed or evicted, and each then completes its hello.
+TEST(ConnLimits, ExpectedClientsSlowToSayHelloAreAllHeld) {
+  ServerOptions o = options();
+  o.max_pending_connections = 4;
+  o.max_pending_per_address = 4;
+  o.eviction_age = milliseconds(50);
+  o.expected_clients = 40;
+  FramedServer server(o, echo_factory());
+  Sockets slow;
+  for (int i = 0; i < 40; ++i) slow.fds.push_back(raw_connect(server.port()));
+  for (int fd : slow.fds) ASSERT_GE(fd, 0);
+  ASSERT_TRUE(wait_until([&] { return server.pending_connections() == 40; }, milliseconds(3'000)));
+  std::this_thread::sleep_for(milliseconds(200));  // well past eviction_age
+  EXPECT_EQ(server.turned_away_connections(), 0u);
+  int closed = 0;
+  for (int fd : slow.fds) closed += closed_by_server(fd, milliseconds(50)) ? 1 : 0;
+  EXPECT_EQ(closed, 0);
+  // The 41st and later are over the caps (40 + 4); ranks still join by evicting idle ones.
+  FramedClient rank(client_options(server.port()));
+  const Frame reply = rank.request(kEcho, Bytes{'o', 'k'}, milliseconds(0), {kEcho}, "echo");
+  EXPECT_EQ(reply.payload, (Bytes{'o', 'k'}));
+}
+
+// Eviction takes a connection that has sent nothing, never one in the middle of its hello.
+TEST(ConnLimits, AConnectionThatSentPartOfItsHelloIsNotEvicted) {
+  ServerOptions o = options();
+  o.max_pending_connections = 2;
+  o.max_pending_per_address = 2;
+  o.eviction_age = milliseconds(50);
+  o.handshake_timeout = milliseconds(10'000);
+  FramedServer server(o, echo_factory());
+  Sockets held;
+  held.fds.push_back(raw_connect(server.port()));  // the oldest: the first half of a hello
+  ASSERT_GE(held.fds[0], 0);
+  const Bytes hello = encode(Frame{o.service, static_cast<std::uint8_t>(TransportOp::kHello), 0,
+                                   o.job_id, Bytes(40, 'x')});
+  const std::size_t half = hello.size() / 2;
+  ASSERT_EQ(::send(held.fds[0], hello.data(), half, MSG_NOSIGNAL), static_cast<ssize_t>(half));
+  held.fds.push_back(raw_connect(server.port()));  // idle
+  ASSERT_GE(held.fds[1], 0);
+  ASSERT_TRUE(wait_until([&] { return server.pending_connections() == 2; }, milliseconds(3'000)));
+  std::this_thread::sleep_for(milliseconds(100));
+  held.fds.push_back(raw_connect(server.port()));  // over the cap: evicts the idle one
+  ASSERT_GE(held.fds[2], 0);
+  EXPECT_TRUE(closed_by_server(held.fds[1], milliseconds(2'000))) << "the idle one is evicted";
+  EXPECT_FALSE(closed_by_server(held.fds[0], milliseconds(200))) << "mid-hello: kept";
 }
 
 // A stranger that reopens every connection the server closes keeps the caps full of idle
