@@ -616,6 +616,9 @@ int train(const Options& opt) {
                 logging::parse_level(level.value_or("info")));
   const bool through_servers = use_parameter_servers(opt, env);
   if (opt.threads > 0) torch::set_num_threads(opt.threads);
+  // The BLAS's own threads follow LibTorch's: one count for the whole process, whatever started
+  // it (launch sets OMP_NUM_THREADS, mpirun and srun do not), and the same results for it.
+  set_blas_threads(torch::get_num_threads());
   if (server) return serve(opt, env);
   const torch::Device device = choose_device(opt.device, env);
   if (device.is_cpu()) keep_freed_memory();

@@ -38,6 +38,7 @@
 #include "examples/model_parallel/pipeline.h"
 #include "examples/model_parallel/stages.h"
 #include "logging/log.h"
+#include "worker/runtime/compute_libraries.h"
 #include "worker/runtime/fault.h"
 #include "worker/runtime/parallel.h"
 #include "worker/runtime/torch_error.h"
@@ -417,6 +418,8 @@ int train(const Options& opt) {
   const bool pipeline = pipelined(opt, env);  // before the rendezvous: a bad world fails at once
   const torch::Device device = choose_device(opt.device, env);
   if (opt.threads > 0) torch::set_num_threads(opt.threads);
+  // The BLAS's threads follow LibTorch's, under any launcher (train_mnist.cpp says why).
+  set_blas_threads(torch::get_num_threads());
   if (device.is_cpu()) keep_freed_memory();
   torch::manual_seed(opt.seed);
 

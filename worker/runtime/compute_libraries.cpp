@@ -128,6 +128,24 @@ void find_blas(ComputeLibraries& libs) {
 
 }  // namespace
 
+bool set_blas_threads(int threads) {
+  void* sgemm = dlsym(RTLD_DEFAULT, "sgemm_");
+  Dl_info info{};
+  if (sgemm == nullptr || dladdr(sgemm, &info) == 0 || info.dli_fname == nullptr) return false;
+  void* library = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+  if (library == nullptr) return false;
+  bool set = false;
+  if (auto* openblas = symbol<void(int)>("openblas_set_num_threads", library)) {
+    openblas(threads);
+    set = true;
+  } else if (auto* mkl = symbol<void(int)>("mkl_set_num_threads", library)) {
+    mkl(threads);
+    set = true;
+  }
+  dlclose(library);
+  return set;
+}
+
 ComputeLibraries detect_compute_libraries() {
   ComputeLibraries libs;
   find_blas(libs);

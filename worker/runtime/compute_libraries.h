@@ -28,6 +28,13 @@ struct ComputeLibraries {
 
 ComputeLibraries detect_compute_libraries();
 
+// Sets the BLAS's own thread count (OpenBLAS, MKL; BLIS's setter is not exported by Debian's
+// libblas.so.3) to `threads`; false when the BLAS has no such call. A trainer gives it its
+// intra-op thread count: OpenBLAS otherwise takes OMP_NUM_THREADS or every core, and its
+// results depend on its thread count, so the same job run under launch, mpirun or srun would end
+// with different parameters.
+bool set_blas_threads(int threads);
+
 // One line: "BLAS: OpenBLAS 0.3.21, Haswell kernels, 1 thread(s)
 // (/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3); oneDNN 2.6.3 (avx512_core_bf16);
 // CPU: AVX-512".
