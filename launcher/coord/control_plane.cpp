@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "env/text.h"
@@ -105,6 +106,12 @@ Membership membership_of(const Members& members, int me, bool equal_node_sizes) 
     m.hosts.push_back(theirs.empty() ? std::string() : theirs.front().host);
   }
   return m;
+}
+
+Heartbeat heartbeat_for(int nnodes) {
+  const ControlOptions defaults;
+  const int stretch = std::max(1, (nnodes + kHeartbeatNodes - 1) / kHeartbeatNodes);
+  return Heartbeat{defaults.heartbeat_interval * stretch, defaults.heartbeat_timeout * stretch};
 }
 
 std::unique_ptr<Control> make_control(const ControlOptions& options) {

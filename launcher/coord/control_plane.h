@@ -70,6 +70,18 @@ struct ControlOptions {
 
 inline constexpr std::chrono::milliseconds kControlPollInterval{100};
 
+// The heartbeat of a job of `nnodes` nodes: a beat every 0.25 s, lost after 4 s, up to
+// kHeartbeatNodes nodes; beyond, both stretch by nnodes / kHeartbeatNodes (rounded up), so that
+// the store (and the machine, for simulated nodes) serves about as many beats and looks per
+// second as for 64 nodes. A 512-node job beats every 2 s and is lost after 32 s (torchrun's c10d
+// rendezvous: every 5 s, lost after 30 s).
+inline constexpr int kHeartbeatNodes = 64;
+struct Heartbeat {
+  std::chrono::milliseconds interval;
+  std::chrono::milliseconds timeout;
+};
+Heartbeat heartbeat_for(int nnodes);
+
 // One generation's part of the job, as the control plane decided it.
 struct Membership {
   Generation generation;

@@ -198,6 +198,9 @@ ControlOptions control_options_for(const LaunchOptions& options, const NodeTopol
       options.rendezvous_timeout.value_or(env::kDefaultRendezvousTimeout);
   control_options.linger_timeout = options.kill_timeout + std::chrono::seconds(5);
   control_options.equal_node_sizes = !options.rank_mapping;
+  const Heartbeat heartbeat = heartbeat_for(topology.nnodes);
+  control_options.heartbeat_interval = heartbeat.interval;
+  control_options.heartbeat_timeout = heartbeat.timeout;
   control_options.pace = options.pace;
   if (topology.auto_node_rank) {
     control_options.node_rank = kAutoNodeRank;

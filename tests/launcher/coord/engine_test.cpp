@@ -450,6 +450,17 @@ TEST_P(EngineTest, ANewLauncherTakesTheRankOfALostNode) {
   nodes[0].engine->abandon();
 }
 
+// Up to 64 nodes the defaults; beyond, a big job's beats stretch so that the store serves about
+// as many requests per second as for 64 nodes.
+TEST(Heartbeat, StretchesPast64Nodes) {
+  EXPECT_EQ(heartbeat_for(1).interval, milliseconds(250));
+  EXPECT_EQ(heartbeat_for(64).interval, milliseconds(250));
+  EXPECT_EQ(heartbeat_for(64).timeout, milliseconds(4'000));
+  EXPECT_EQ(heartbeat_for(65).interval, milliseconds(500));
+  EXPECT_EQ(heartbeat_for(512).interval, milliseconds(2'000));
+  EXPECT_EQ(heartbeat_for(512).timeout, milliseconds(32'000));
+}
+
 // --- what the engine trusts
 // ------------------------------------------------------------------------
 
