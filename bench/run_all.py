@@ -23,7 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 TORCH_PYTHON = "/usr/bin/python3"
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, HERE)
 from machine import blas, cpu_flags, cpu_model, peaks  # noqa: E402
 
 

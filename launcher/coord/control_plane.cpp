@@ -109,9 +109,8 @@ Membership membership_of(const Members& members, int me, bool equal_node_sizes) 
 }
 
 Heartbeat heartbeat_for(int nnodes) {
-  const ControlOptions defaults;
   const int stretch = std::max(1, (nnodes + kHeartbeatNodes - 1) / kHeartbeatNodes);
-  return Heartbeat{defaults.heartbeat_interval * stretch, defaults.heartbeat_timeout * stretch};
+  return Heartbeat{kHeartbeatInterval * stretch, kHeartbeatTimeout * stretch};
 }
 
 std::unique_ptr<Control> make_control(const ControlOptions& options) {

@@ -34,6 +34,10 @@ class MungeAdmission;
 // backends, Paddle's --master without --rank): the control plane hands node ranks out.
 inline constexpr int kAutoNodeRank = -1;
 
+// A launcher's heartbeat in a job of up to kHeartbeatNodes nodes (heartbeat_for, below).
+inline constexpr std::chrono::milliseconds kHeartbeatInterval{250};
+inline constexpr std::chrono::milliseconds kHeartbeatTimeout{4'000};
+
 struct ControlOptions {
   env::Endpoint endpoint;  // node 0's control store (TCP control plane)
   // Not empty: the etcd cluster that holds the job's state (its members' client endpoints, tried
@@ -51,8 +55,8 @@ struct ControlOptions {
   int max_restarts = 0;  // job-wide; node 0 admits waiting nodes only while restarts are left
   std::chrono::milliseconds last_call_timeout{30'000};
   std::chrono::milliseconds rendezvous_timeout{300'000};  // to join and agree
-  std::chrono::milliseconds heartbeat_interval{250};
-  std::chrono::milliseconds heartbeat_timeout{4'000};
+  std::chrono::milliseconds heartbeat_interval = kHeartbeatInterval;
+  std::chrono::milliseconds heartbeat_timeout = kHeartbeatTimeout;
   // How long node 0 keeps the store up, after its job failed, for the other nodes to say goodbye.
   std::chrono::milliseconds linger_timeout{15'000};
   // Every node publishes as many endpoints as node 0 (a join with another count is an error);

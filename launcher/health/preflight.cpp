@@ -38,12 +38,10 @@ int parse_int(std::string_view s, const std::string& what) {
   return v;
 }
 
-std::string number(double v) { return figure_text(v); }
-
 // "1/2": the fraction of the median `ratio` stands for, as the lines say it.
 std::string fraction(double ratio) {
   return ratio == std::floor(ratio) ? "1/" + std::to_string(static_cast<int>(ratio))
-                                    : number(1 / ratio) + " times";
+                                    : figure_text(1 / ratio) + " times";
 }
 
 // `value` is below `median` / `ratio`.
@@ -66,14 +64,14 @@ int receive_from(int position, int round, int count) {
 }
 
 std::string encode(const NodeCheck& check) {
-  std::string out = "gflops=" + number(check.gflops);
+  std::string out = "gflops=" + figure_text(check.gflops);
   for (const LinkCheck& l : check.links) {
     // The error's text cannot hold the separators.
     std::string error = l.error;
     std::replace(error.begin(), error.end(), ';', ',');
     out += ";link=" + std::to_string(l.peer) + "," +
-           (l.megabytes_per_s ? number(*l.megabytes_per_s) : std::string("fail")) + "," +
-           number(l.round_trip_ms) + (l.megabytes_per_s ? "" : "," + error);
+           (l.megabytes_per_s ? figure_text(*l.megabytes_per_s) : std::string("fail")) + "," +
+           figure_text(l.round_trip_ms) + (l.megabytes_per_s ? "" : "," + error);
   }
   return out;
 }
@@ -171,19 +169,19 @@ Verdict judge(std::vector<NodeCheck> checks, double ratio) {
   for (const auto& [node, s] : scores) {
     std::vector<std::string> why;
     if (s.gflops < v.median_gflops / ratio) {
-      why.push_back("its matmul runs at " + number(s.gflops) + " GFLOP/s against the median " +
-                    number(v.median_gflops) + " (below " + fraction(ratio) + " of it)");
+      why.push_back("its matmul runs at " + figure_text(s.gflops) + " GFLOP/s against the median " +
+                    figure_text(v.median_gflops) + " (below " + fraction(ratio) + " of it)");
     }
     const int links = sent[node] + received[node];
     if (links > 0 && sent_failed[node] + received_failed[node] == links) {
       why.push_back("every link it was on failed (" + errors[node] + ")");
     } else if (pin_links && far_below(s.best_sent, v.median_sent, kLinkRatio)) {
-      why.push_back("its best link out runs at " + number(*s.best_sent) +
-                    " MB/s against the median " + number(*v.median_sent) + " (below " +
+      why.push_back("its best link out runs at " + figure_text(*s.best_sent) +
+                    " MB/s against the median " + figure_text(*v.median_sent) + " (below " +
                     fraction(kLinkRatio) + " of it)");
     } else if (pin_links && far_below(s.best_received, v.median_received, kLinkRatio)) {
-      why.push_back("its best link in runs at " + number(*s.best_received) +
-                    " MB/s against the median " + number(*v.median_received) + " (below " +
+      why.push_back("its best link in runs at " + figure_text(*s.best_received) +
+                    " MB/s against the median " + figure_text(*v.median_received) + " (below " +
                     fraction(kLinkRatio) + " of it)");
     } else if (pin_links && sent[node] > 0 && sent_failed[node] == sent[node]) {
       why.push_back("every link out of it failed (" + errors[node] + ")");

@@ -773,15 +773,7 @@ std::vector<FlagSpec> failures() {
                "not all loopback), off for nodes that share one, whose numbers would only measure "
                "each other. See [Failure semantics](failures.md#the-pre-flight-check).")
           .config([](const LaunchOptions& o) {
-            switch (o.preflight.mode) {
-              case PreflightMode::kOn:
-                return std::optional(std::string("on"));
-              case PreflightMode::kOff:
-                return std::optional(std::string("off"));
-              case PreflightMode::kAuto:
-                break;
-            }
-            return std::optional(std::string("auto"));
+            return std::optional(std::string(preflight_mode_name(o.preflight.mode)));
           })
           .done());
   t.push_back(

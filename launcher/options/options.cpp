@@ -877,9 +877,8 @@ void parse_levels_and_timeouts(const GivenFlags& r, LaunchOptions& o) {
   if (const auto floor = r.seconds("step_timeout_floor")) o.pace.step_timeout_floor = *floor;
   if (const auto n = r.integer("no_progress_restarts")) o.no_progress_restarts = *n;
   if (const auto mode = r.choice("preflight")) {
-    o.preflight.mode = *mode == "on"    ? PreflightMode::kOn
-                       : *mode == "off" ? PreflightMode::kOff
-                                        : PreflightMode::kAuto;
+    // The flag table admits only the three spellings.
+    o.preflight.mode = preflight_mode_named(*mode).value_or(PreflightMode::kAuto);
   }
   if (r.has("preflight_ratio")) {
     o.preflight.ratio = parse_number("preflight_ratio", r.value("preflight_ratio"), 1.0, false);

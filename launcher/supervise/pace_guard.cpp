@@ -122,6 +122,7 @@ void PaceGuard::tell_node_pace(std::int64_t step) {
 void PaceGuard::take_node_verdicts() {
   if (!node_verdicts_) return;
   for (const NodePaceJudge::Verdict& v : node_verdicts_()) {
+    // A node's verdict names the node; it has no process here (process stays 0, unused).
     const PaceTracker::Verdict verdict{v.straggler, 0, "node " + std::to_string(v.node), v.message};
     for (auto& o : observers_) o->straggler(generation_, verdict);
   }

@@ -76,23 +76,41 @@ std::string cpu_vector_extension() {
   return "unknown";
 }
 
+// The library sgemm_ comes from, held open (without loading anything) while in scope. Its
+// handle finds what that library needs too (OpenBLAS's libblas.so.3 needs libopenblas.so.0), but
+// not another BLAS loaded beside it (OpenBLAS's liblapack.so.3 next to the reference
+// libblas.so.3), which is not the one that multiplies.
+class BlasLibrary {
+ public:
+  BlasLibrary() {
+    void* sgemm = dlsym(RTLD_DEFAULT, "sgemm_");
+    Dl_info info{};
+    if (sgemm == nullptr || dladdr(sgemm, &info) == 0 || info.dli_fname == nullptr) return;
+    file_ = info.dli_fname;
+    handle_ = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+  }
+  ~BlasLibrary() {
+    if (handle_ != nullptr) dlclose(handle_);
+  }
+  BlasLibrary(const BlasLibrary&) = delete;
+  BlasLibrary& operator=(const BlasLibrary&) = delete;
+
+  const std::string& file() const { return file_; }  // as loaded; empty: no sgemm_
+  void* handle() const { return handle_; }           // nullptr: not found
+
+ private:
+  std::string file_;
+  void* handle_ = nullptr;
+};
+
 void find_blas(ComputeLibraries& libs) {
-  void* sgemm = dlsym(RTLD_DEFAULT, "sgemm_");
-  if (sgemm == nullptr) return;
-  Dl_info info{};
-  if (dladdr(sgemm, &info) == 0 || info.dli_fname == nullptr) return;
+  const BlasLibrary blas;
+  if (blas.file().empty()) return;
   std::error_code ec;
-  const std::filesystem::path real = std::filesystem::canonical(info.dli_fname, ec);
-  libs.blas_file = ec ? std::string(info.dli_fname) : real.string();
-  // The library sgemm_ comes from, and what it needs (OpenBLAS's libblas.so.3 needs
-  // libopenblas.so.0): another BLAS loaded beside it (OpenBLAS's liblapack.so.3 next to the
-  // reference libblas.so.3) is not the one that multiplies.
-  void* library = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+  const std::filesystem::path real = std::filesystem::canonical(blas.file(), ec);
+  libs.blas_file = ec ? blas.file() : real.string();
+  void* library = blas.handle();
   if (library == nullptr) return;
-  struct Closer {
-    void* handle;
-    ~Closer() { dlclose(handle); }
-  } closer{library};
   if (auto* config = symbol<char*()>("openblas_get_config", library)) {
     // "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH ...": its first two words.
     std::istringstream words(text_of(config()));
@@ -129,21 +147,17 @@ void find_blas(ComputeLibraries& libs) {
 }  // namespace
 
 bool set_blas_threads(int threads) {
-  void* sgemm = dlsym(RTLD_DEFAULT, "sgemm_");
-  Dl_info info{};
-  if (sgemm == nullptr || dladdr(sgemm, &info) == 0 || info.dli_fname == nullptr) return false;
-  void* library = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
-  if (library == nullptr) return false;
-  bool set = false;
-  if (auto* openblas = symbol<void(int)>("openblas_set_num_threads", library)) {
+  const BlasLibrary blas;
+  if (blas.handle() == nullptr) return false;
+  if (auto* openblas = symbol<void(int)>("openblas_set_num_threads", blas.handle())) {
     openblas(threads);
-    set = true;
-  } else if (auto* mkl = symbol<void(int)>("mkl_set_num_threads", library)) {
-    mkl(threads);
-    set = true;
+    return true;
   }
-  dlclose(library);
-  return set;
+  if (auto* mkl = symbol<void(int)>("mkl_set_num_threads", blas.handle())) {
+    mkl(threads);
+    return true;
+  }
+  return false;
 }
 
 ComputeLibraries detect_compute_libraries() {
