@@ -385,6 +385,31 @@ EnvMap to_env(const WorkerContract& c) {
   return env;
 }
 
+void virtualize_local_rank(const WorkerContract& c, const std::optional<std::string>& parent_visible,
+                           EnvMap& env) {
+  const int index = c.gpu.value_or(c.local_rank);
+  std::string device = std::to_string(index);
+  if (parent_visible) {
+    const std::vector<std::string_view> listed = split(*parent_visible, ',');
+    if (index >= static_cast<int>(listed.size())) {
+      throw EnvError(std::string(c.gpu ? "GPU " : "local rank ") + std::to_string(index) +
+                     " has no entry in CUDA_VISIBLE_DEVICES=" + quote(*parent_visible) +
+                     " (--virtual_local_rank)");
+    }
+    std::string_view entry = listed[static_cast<std::size_t>(index)];
+    while (!entry.empty() && entry.front() == ' ') entry.remove_prefix(1);
+    while (!entry.empty() && entry.back() == ' ') entry.remove_suffix(1);
+    device = std::string(entry);
+  }
+  env[kLocalRank] = "0";
+  env["CUDA_VISIBLE_DEVICES"] = device;
+  if (c.gpu) env[kSelectedGpus] = "0";
+  env[kPaddleLocalDeviceIds] = "0";
+  std::string world_ids;
+  for (int r = 0; r < c.world_size; ++r) world_ids += r ? ",0" : "0";
+  env[kPaddleWorldDeviceIds] = world_ids;
+}
+
 std::optional<WorkerContract> from_env(const EnvMap& env) {
   const auto id = lookup(env, kTrainerId);
   const auto num = lookup(env, kTrainersNum);

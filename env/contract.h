@@ -257,6 +257,15 @@ std::string source_name(WorkerContract::Source source);
 // variables for trainers and heter workers.
 EnvMap to_env(const WorkerContract& c);
 
+// torchrun's virtual local rank, on a trainer's variables `env` (from to_env(c)): LOCAL_RANK=0
+// and CUDA_VISIBLE_DEVICES narrowed to the one device the trainer uses, the entry of
+// `parent_visible` (the launcher's CUDA_VISIBLE_DEVICES, a comma list) at its GPU index (its
+// local rank for a trainer without one), or that index itself without a list; the device
+// variables then name device 0 (FLAGS_selected_gpus when set, PADDLE_LOCAL_DEVICE_IDS, every
+// entry of PADDLE_WORLD_DEVICE_IDS). Throws EnvError when the list has no such entry.
+void virtualize_local_rank(const WorkerContract& c, const std::optional<std::string>& parent_visible,
+                           EnvMap& env);
+
 // Reads a contract back from `env`.
 // - No contract variable at all: std::nullopt (the program runs as a world of one).
 // - A partial or inconsistent contract: throws EnvError naming the variable and its value.

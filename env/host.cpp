@@ -1,6 +1,7 @@
 #include "env/host.h"
 
 #include <arpa/inet.h>
+#include <unistd.h>
 
 #include <cctype>
 
@@ -37,6 +38,12 @@ std::string check_host(std::string_view host, std::string_view what, std::string
     throw EnvError(message + std::string(kHostRule));
   }
   return std::string(host);
+}
+
+std::string this_host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0) return "";
+  return name;
 }
 
 }  // namespace ddl::env

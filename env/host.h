@@ -27,4 +27,7 @@ bool is_valid_host(std::string_view host);
 // `what` the variable or flag that gave it. Returns `host`.
 std::string check_host(std::string_view host, std::string_view what, std::string_view value);
 
+// This machine's host name (gethostname); "" when it cannot be read.
+std::string this_host_name();
+
 }  // namespace ddl::env

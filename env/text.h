@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,5 +18,11 @@ std::string join(const std::vector<int>& items, std::string_view separator);
 // A duration as a user types it after a seconds flag, without a unit: "4", "0.25", "1.5" (six
 // significant digits, as an ostream writes a double).
 std::string seconds_text(std::chrono::milliseconds ms);
+
+// `text` with `$name` and `${name}` replaced by values[name] and `$$` by `$`, as Python's
+// string.Template.safe_substitute does it: a name not in `values`, and a `$` that starts no name,
+// stay as typed. A name is [A-Za-z_][A-Za-z0-9_]*.
+std::string substitute_template(std::string_view text,
+                                const std::map<std::string, std::string>& values);
 
 }  // namespace ddl::env

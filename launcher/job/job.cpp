@@ -17,7 +17,9 @@
 #include <vector>
 
 #include "env/file.h"
+#include "env/host.h"
 #include "env/slurm.h"
+#include "env/text.h"
 #include "launcher/cluster/generation.h"
 #include "launcher/cluster/plan.h"
 #include "launcher/cluster/static_job.h"
@@ -360,6 +362,7 @@ std::vector<Worker> launches_of(const ClusterPlan& plan, const LaunchOptions& op
                                 const WorkerCommand& command, const env::EnvMap& caller_env) {
   std::vector<Worker> launches;
   std::map<env::Role, int> local_index;
+  const std::string host = env::this_host_name();
   const std::vector<std::vector<int>> cpus =
       options.bind == CpuBind::kNone
           ? std::vector<std::vector<int>>(plan.local.size())
@@ -375,6 +378,18 @@ std::vector<Worker> launches_of(const ClusterPlan& plan, const LaunchOptions& op
     l.args = command.args;
     l.args.insert(l.args.end(), options.worker_args.begin(), options.worker_args.end());
     l.env = merge_env(caller_env, spec.env, spec.removed);
+    if (options.virtual_local_rank && l.role == env::Role::kTrainer) {
+      env::virtualize_local_rank(spec.contract, env::lookup(caller_env, "CUDA_VISIBLE_DEVICES"),
+                                 l.env);
+    }
+    if (options.log_line_prefix_template) {
+      l.line_prefix = env::substitute_template(
+          *options.log_line_prefix_template,
+          {{"rank", std::to_string(l.index)},
+           {"local_rank", std::to_string(spec.contract.local_rank)},
+           {"role_name", options.role},
+           {"hostname", host}});
+    }
     l.cpus = cpus[launches.size()];
     launches.push_back(std::move(l));
   }

@@ -114,7 +114,7 @@ class EnvironmentDefaults {
   }
 
  private:
-  // The variable of `flag` whose name starts with `prefix` ("PET_", "PADDLE_").
+  // The variable of `flag` whose name starts with `prefix` ("PET_", "PADDLE_", "TORCH").
   const FlagVariable& variable_of(const std::string& flag, const std::string& prefix) const {
     for (const FlagVariable& v : launcher::flag(flag).variables) {
       if (v.name.rfind(prefix, 0) == 0) return v;
@@ -155,6 +155,11 @@ class EnvironmentDefaults {
     if (!given.has("nproc_per_node") && !given.has("selected_gpus")) add("nproc_per_node", "PET_");
     for (const std::string& flag : others_with("PET_")) {
       if (!given.has(flag)) add(flag, "PET_");
+    }
+    // torch elastic's own variables (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE,
+    // TORCH_ELASTIC_SHUTDOWN_TIMEOUT), after the PET_ ones.
+    for (const std::string& flag : others_with("TORCH")) {
+      if (!flags_.has(flag)) add(flag, "TORCH");
     }
   }
 

@@ -81,7 +81,9 @@ class Flag {
     spec_.variables.push_back(FlagVariable{var, spec_.name});
     return *this;
   }
-  Flag& paddle(std::string variable, std::string spelling = "") {
+  // Another variable that stands for the flag (PADDLE_..., FLAGS_..., TORCHELASTIC_...), given
+  // under `spelling` (default: the flag's name).
+  Flag& variable(std::string variable, std::string spelling = "") {
     spec_.variables.push_back(
         FlagVariable{std::move(variable), spelling.empty() ? spec_.name : std::move(spelling)});
     return *this;
@@ -142,7 +144,7 @@ std::vector<FlagSpec> workers_and_devices() {
           .alias("gpus", Dialect::kFleetrun, true)
           .alias("devices", Dialect::kPaddle2, true)
           .also_in({Dialect::kPaddle18})
-          .paddle("PADDLE_DEVICES", "devices")
+          .variable("PADDLE_DEVICES", "devices")
           .help("GPU ids, one worker per id; each worker gets FLAGS_selected_gpus=<id>")
           .doc("one worker per id; that worker gets `FLAGS_selected_gpus=<id>`. Ids are distinct "
                "non-negative integers; with `CUDA_VISIBLE_DEVICES` set they are the machine's "
@@ -159,7 +161,7 @@ std::vector<FlagSpec> workers_and_devices() {
           .group(FlagGroup::kWorkers)
           .also_in({Dialect::kTorchrun, Dialect::kFleetrun, Dialect::kPaddle2})
           .pet()
-          .paddle("PADDLE_NPROC_PER_NODE")
+          .variable("PADDLE_NPROC_PER_NODE")
           .default_is("the number of selected GPUs, else 1")
           .help("workers on this node when no GPUs are selected")
           .doc("workers on this node (CPU slots); must agree with `--selected_gpus`. torchrun's "
@@ -242,6 +244,23 @@ std::vector<FlagSpec> workers_and_devices() {
                "[cpu-binding.md](cpu-binding.md).")
           .config([](const LaunchOptions& o) { return std::optional(cpu_bind_name(o.bind)); })
           .done());
+  t.push_back(
+      Flag("virtual_local_rank")
+          .switch_()
+          .group(FlagGroup::kWorkers)
+          .also_in({Dialect::kTorchrun})
+          .help("each worker sees only its own GPU, as device 0, and gets LOCAL_RANK=0")
+          .doc("each worker gets `LOCAL_RANK=0` and `CUDA_VISIBLE_DEVICES` narrowed to its own GPU "
+               "(the caller's `CUDA_VISIBLE_DEVICES` entry at its GPU index, else the index; a "
+               "CPU worker's entry at its local rank, as torchrun does), so that code written "
+               "for one GPU finds its device at index 0. The device variables say the same: "
+               "`FLAGS_selected_gpus=0`, `PADDLE_LOCAL_DEVICE_IDS=0`, every "
+               "`PADDLE_WORLD_DEVICE_IDS` entry 0. The rank's place on the node stays in "
+               "`PADDLE_LOCAL_RANK`, its log stays `workerlog.N`.")
+          .config([](const LaunchOptions& o) {
+            return std::optional(python_bool(o.virtual_local_rank));
+          })
+          .done());
   return t;
 }
 
@@ -253,7 +272,7 @@ std::vector<FlagSpec> logs_and_console() {
           .group(FlagGroup::kLogs)
           .also_in({Dialect::kTorchrun, Dialect::kPaddle18, Dialect::kPaddle2})
           .pet()
-          .paddle("PADDLE_LOG_DIR")
+          .variable("PADDLE_LOG_DIR")
           .help("write rank N's stdout+stderr to DIR/workerlog.N (created if missing)")
           .doc("rank N's stdout+stderr go to `DIR/workerlog.N`, N the global rank (truncated at "
                "job start, DIR created if missing); this node's local rank 0 is echoed to the "
@@ -275,7 +294,7 @@ std::vector<FlagSpec> logs_and_console() {
                   .group(FlagGroup::kLogs)
                   .any_dialect()
                   .also_in({Dialect::kPaddle2})
-                  .paddle("PADDLE_LOG_LEVEL")
+                  .variable("PADDLE_LOG_LEVEL")
                   .default_is("info")
                   .help("debug|info|warn|error or 10|20|30|40 (also passed to workers)")
                   .doc("`debug|info|warn|error`, or Paddle's 10/20/30/40; passed to the workers as "
@@ -301,6 +320,24 @@ std::vector<FlagSpec> logs_and_console() {
                   .default_is("local rank 0 with --log_dir, every rank without")
                   .help("show only these local ranks' lines on the console")
                   .done());
+  t.push_back(
+      Flag("log_line_prefix_template")
+          .value("TEMPLATE")
+          .group(FlagGroup::kLogs)
+          .also_in({Dialect::kTorchrun})
+          .pet()
+          .variable("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE")
+          .help("put TEMPLATE before every console line of a worker: ${rank}, ${local_rank}, "
+                "${role_name}, ${hostname} are replaced")
+          .doc("every line a worker shows on the console starts with TEMPLATE, in which "
+               "`${rank}` (or `$rank`), `${local_rank}`, `${role_name}` and `${hostname}` are "
+               "replaced, `$$` is a `$` and anything else stays as typed (Python's "
+               "`Template.safe_substitute`, as torchrun does); instead of `[rank N] `. "
+               "`TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE` stands for it.")
+          .config([](const LaunchOptions& o) {
+            return std::optional(or_none(o.log_line_prefix_template));
+          })
+          .done());
   t.push_back(
       Flag("tee")
           .value("SPEC")
@@ -355,7 +392,7 @@ std::vector<FlagSpec> nodes() {
           .group(FlagGroup::kNodes)
           .alias("ips", {Dialect::kFleetrun, Dialect::kPaddle2}, true)
           .also_in({Dialect::kPaddle18})
-          .paddle("PADDLE_IPS", "ips")
+          .variable("PADDLE_IPS", "ips")
           .default_is("127.0.0.1, or Slurm's node list")
           .help("addresses (IPv4 or host names) of all nodes; ranks are node-major in this order")
           .doc("every node's address (IPv4 or host name); ranks are node-major in list order. "
@@ -389,7 +426,7 @@ std::vector<FlagSpec> nodes() {
           .group(FlagGroup::kNodes)
           .also_in({Dialect::kTorchrun, Dialect::kPaddle2})
           .pet()
-          .paddle("PADDLE_NNODES")
+          .variable("PADDLE_NNODES")
           .help("number of nodes (with --node_rank, --master_addr); MIN:MAX for an elastic job "
                 "that runs on any number of nodes in between")
           .doc("the node count (torchrun's spelling of a multi-node job, with `--node_rank` and "
@@ -408,7 +445,7 @@ std::vector<FlagSpec> nodes() {
           .alias("rank", Dialect::kPaddle2, true)
           .also_in({Dialect::kTorchrun})
           .pet()
-          .paddle("PADDLE_RANK", "rank")
+          .variable("PADDLE_RANK", "rank")
           .help("this node's index, 0..nnodes-1")
           .doc("this node's index, 0..nnodes-1. Without it, `--rdzv_backend=c10d` or `--master` "
                "number the nodes in the order their launchers reach node 0, and an etcd control "
@@ -470,7 +507,7 @@ std::vector<FlagSpec> nodes() {
           .value("HOST:PORT")
           .group(FlagGroup::kNodes)
           .also_in({Dialect::kPaddle2})
-          .paddle("PADDLE_MASTER")
+          .variable("PADDLE_MASTER")
           .help("node 0's HOST:PORT, the same as --master_addr HOST --master_port PORT; or "
                 "etcd://HOST[:PORT][,HOST[:PORT]...], an etcd cluster as the control plane")
           .doc("node 0's `HOST:PORT` (also `http://HOST:PORT`), the same as `--master_addr HOST "
@@ -599,8 +636,8 @@ std::vector<FlagSpec> rendezvous() {
           .group(FlagGroup::kNodes)
           .alias("start_port", Dialect::kPaddle2)
           .also_in({Dialect::kPaddle18})
-          .paddle("PADDLE_START_PORT")
-          .paddle("FLAGS_START_PORT")
+          .variable("PADDLE_START_PORT")
+          .variable("FLAGS_START_PORT")
           .default_is("FLAGS_START_PORT, else free ports (one node), else 6070 (several nodes "
                       "without DDL_JOB_SECRET; 6170 in PaddleCloud)")
           .help("endpoints are node_ip:P, P+1, ...; without it free ports are picked and, "
@@ -629,7 +666,7 @@ std::vector<FlagSpec> rendezvous() {
           .name_value()
           .group(FlagGroup::kNodes)
           .also_in({Dialect::kPaddle2})
-          .paddle("PADDLE_JOB_ID")
+          .variable("PADDLE_JOB_ID")
           .default_is("default")
           .help("the job's name, given to workers as PADDLE_JOB_ID")
           .doc("given to the workers as `PADDLE_JOB_ID`. It does not name launch's store job: "
@@ -663,7 +700,7 @@ std::vector<FlagSpec> failures() {
           .alias("max_restart", Dialect::kPaddle2)
           .also_in({Dialect::kTorchrun})
           .pet()
-          .paddle("PADDLE_MAX_RESTART")
+          .variable("PADDLE_MAX_RESTART")
           .default_is("0")
           .help("after a worker fails anywhere in the job (or the hang guard fires), stop every "
                 "node's workers and start them all again, up to N times")
@@ -792,10 +829,13 @@ std::vector<FlagSpec> failures() {
           .seconds(true)
           .group(FlagGroup::kFailures)
           .alias("shutdown_timeout", Dialect::kTorchrun)
+          .variable("PET_SHUTDOWN_TIMEOUT", "shutdown_timeout")
+          .variable("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "shutdown_timeout")
           .default_is("10")
           .help("seconds between SIGTERM and SIGKILL when stopping workers")
           .doc("grace between SIGTERM and SIGKILL when stopping workers (torchrun's default is "
-               "30).")
+               "30). `TORCH_ELASTIC_SHUTDOWN_TIMEOUT` stands for it, as for torchrun's "
+               "`--shutdown-timeout`.")
           .config([](const LaunchOptions& o) {
             return std::optional(env::seconds_text(o.kill_timeout));
           })
@@ -1007,10 +1047,6 @@ std::vector<FlagSpec> compatibility() {
                   .done());
   t.push_back(Flag("duplicate_stdout_filters").value("LIST").refused(shared_log).done());
   t.push_back(Flag("duplicate_stderr_filters").value("LIST").refused(shared_log).done());
-  t.push_back(Flag("virtual_local_rank")
-                  .switch_()
-                  .refused("not supported: LOCAL_RANK is the worker's index on its node")
-                  .done());
   t.push_back(Flag("help")
                   .switch_()
                   .short_name('h')

@@ -763,6 +763,10 @@ void parse_console(const GivenFlags& r, LaunchOptions& o) {
   }
   if (r.has("tee")) o.tee = parse_streams("tee", r.value("tee"));
   if (r.has("redirects")) o.redirects = parse_streams("redirects", r.value("redirects"));
+  if (r.has("log_line_prefix_template") && !r.value("log_line_prefix_template").empty()) {
+    o.log_line_prefix_template = r.value("log_line_prefix_template");
+  }
+  o.virtual_local_rank = r.has("virtual_local_rank");
   if (const auto interval = r.seconds("monitor_interval")) {
     o.monitor_interval = static_cast<double>(interval->count()) / 1000.0;
   }

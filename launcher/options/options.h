@@ -170,6 +170,9 @@ struct LaunchOptions : JobConfig {
   std::optional<LocalRanks> local_ranks_filter;  // --local_ranks_filter (torchrun)
   LocalRanks tee;                                // --tee / -t: also shown, with --log_dir
   LocalRanks redirects;                          // --redirects / -r: checked, see README
+  // --log_line_prefix_template (torchrun): what goes before each console line of a worker, with
+  // ${rank}, ${local_rank}, ${role_name}, ${hostname} (launcher/job/job.cpp); unset: "[rank N] ".
+  std::optional<std::string> log_line_prefix_template;
   std::optional<double> monitor_interval;        // --monitor_interval (seconds; torchrun's)
   std::string start_method = "spawn";            // --start_method (torchrun): spawn|fork|forkserver
   bool log_overwrite = true;  // --log_overwrite[=false]: append to the logs if false
@@ -179,6 +182,9 @@ struct LaunchOptions : JobConfig {
   // Trainers then get PADDLE_DISTRI_BACKEND = distri_backend = resolved_backend().
   std::optional<std::string> backend;
   CpuBind bind = CpuBind::kNone;  // --bind
+  // --virtual_local_rank (torchrun): each trainer sees its own GPU alone, as device 0, with
+  // LOCAL_RANK=0 (env::virtualize_local_rank).
+  bool virtual_local_rank = false;
   // --rank_mapping_file (as given) and --enable_auto_mapping, the fleet launcher's rank
   // placement. With both, `rank_mapping` is the file's (read and checked by parse_options):
   // cluster_node_ips are then its hosts, node_ip one of them (the only one by default) and

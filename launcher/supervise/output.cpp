@@ -110,14 +110,18 @@ void JobOutputs::create_log_dir() const {
 
 ProcessOutput& JobOutputs::of(const Worker& w) {
   auto& slot = outputs_[w.log_name()];
-  if (slot) return *slot;
-  const std::string prefix = "[" + w.name() + "] ";
+  if (slot) {
+    // A template's rank or local rank may differ in a later generation.
+    if (w.line_prefix) slot->set_prefix(*w.line_prefix);
+    return *slot;
+  }
+  const std::string prefix = w.line_prefix.value_or("[" + w.name() + "] ");
   if (options_.log_dir) {
     const bool echo =
         w.echo.value_or(w.role == env::Role::kTrainer && w.index == 0) && !options_.quiet;
     slot = std::make_unique<ProcessOutput>(
         w.name(), (std::filesystem::path(*options_.log_dir) / w.log_name()).string(), echo,
-        w.prefix_echo ? prefix : "", console_, options_.append_logs);
+        w.prefix_echo || w.line_prefix ? prefix : "", console_, options_.append_logs);
   } else {
     slot = std::make_unique<ProcessOutput>(w.name(), "", w.echo.value_or(true), prefix, console_);
   }

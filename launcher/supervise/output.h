@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "launcher/supervise/worker.h"
 
@@ -53,6 +54,9 @@ class ProcessOutput {
   ProcessOutput(const ProcessOutput&) = delete;
   ProcessOutput& operator=(const ProcessOutput&) = delete;
   ~ProcessOutput();
+
+  // What goes before each console line from now on.
+  void set_prefix(std::string prefix) { prefix_ = std::move(prefix); }
 
   // Bytes read from the process's pipe.
   void consume(const char* data, std::size_t size);
@@ -94,7 +98,8 @@ class ProcessOutput {
 // another process. With a log dir a worker's lines go to its log file and, when it echoes (unless
 // Worker::echo says otherwise: trainer 0 only; never when quiet), to the console, behind
 // "[rank N] " when Worker::prefix_echo; without one every line goes to the console behind
-// "[rank N] " unless Worker::echo is false. Not copyable; not thread-safe.
+// "[rank N] " unless Worker::echo is false. Worker::line_prefix, when set, replaces "[rank N] "
+// in both cases. Not copyable; not thread-safe.
 class JobOutputs {
  public:
   struct Options {

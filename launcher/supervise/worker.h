@@ -28,6 +28,9 @@ struct Worker {
   // without one, every process. `prefix_echo`: behind "[rank N] " also with a log folder.
   std::optional<bool> echo;
   bool prefix_echo = false;
+  // What goes before each of its console lines instead of "[rank N] " (--log_line_prefix_template
+  // made concrete), whether or not several processes are shown.
+  std::optional<std::string> line_prefix;
   // Its log file's name when not log_file_name(role, index): Paddle 2.x's log folder numbers
   // each role's logs on this node from 0 (launcher/job/job.cpp).
   std::optional<std::string> log_file;

@@ -1,9 +1,11 @@
-// env/text.h: join and seconds_text, as the messages and --print_config write them.
+// env/text.h: join, seconds_text and substitute_template, as the messages, --print_config and
+// the console prefixes write them.
 #include "env/text.h"
 
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -27,6 +29,21 @@ TEST(Text, SecondsAsAUserTypesThem) {
   EXPECT_EQ(seconds_text(milliseconds(300'000)), "300");
   EXPECT_EQ(seconds_text(milliseconds(1)), "0.001");
   EXPECT_EQ(seconds_text(milliseconds(0)), "0");
+}
+
+TEST(Text, TemplatesAreSubstitutedAsPythonsSafeSubstitute) {
+  const std::map<std::string, std::string> v{{"rank", "3"}, {"local_rank", "1"}, {"role_name", "default"}};
+  EXPECT_EQ(substitute_template("[${role_name}${local_rank}]:", v), "[default1]:");
+  EXPECT_EQ(substitute_template("$rank: ", v), "3: ");
+  EXPECT_EQ(substitute_template("r$rank-$local_rank", v), "r3-1");
+  // $$ is a dollar; an unknown name, a lone or trailing $ and an unclosed brace stay as typed.
+  EXPECT_EQ(substitute_template("$$rank", v), "$rank");
+  EXPECT_EQ(substitute_template("${host} $x $ ${rank", v), "${host} $x $ ${rank");
+  EXPECT_EQ(substitute_template("cost $", v), "cost $");
+  EXPECT_EQ(substitute_template("${1}$9", v), "${1}$9");
+  // A name runs as far as name characters go: $ranks is not $rank.
+  EXPECT_EQ(substitute_template("$ranks ${rank}s", v), "$ranks 3s");
+  EXPECT_EQ(substitute_template("", v), "");
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "env/contract.h"
+#include "env/host.h"
 #include "tests/e2e/launch/launch_helpers.h"
 
 namespace {
@@ -127,6 +128,40 @@ TEST(Launch, ConsoleLinesArePrefixedAndNeverInterleaved) {
     ++counted[std::stoi(m[1])];
   }
   for (int r = 0; r < kRanks; ++r) EXPECT_EQ(counted[r], kLines) << "rank " << r;
+}
+
+// torchrun's --log-line-prefix-template (here from its variable) and --virtual-local-rank.
+TEST(Launch, LinePrefixTemplateAndVirtualLocalRank) {
+  TempDir tmp;
+  const fs::path logs = tmp.path() / "logs";
+  LaunchRun run(tmp,
+                {"--nproc_per_node=2", "--tee=3", "--virtual-local-rank", "--role=trainer",
+                 "--log_dir", logs.string(), "--print_config=false", "hello_worker",
+                 "--show_env", "CUDA_VISIBLE_DEVICES", "--show_env", "PADDLE_LOCAL_RANK"},
+                {{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "${hostname}:${role_name}${local_rank}/$rank$$ "},
+                 {"CUDA_VISIBLE_DEVICES", "6,7"}});
+  ASSERT_EQ(run.wait(milliseconds(20'000)), 0) << run.err();
+  const std::string out = run.out();
+  const std::string host = ddl::env::this_host_name();
+  for (int r = 0; r < 2; ++r) {
+    const std::string R = std::to_string(r);
+    const std::string prefix = host + ":trainer" + R + "/" + R + "$ ";
+    EXPECT_TRUE(contains(out, prefix + "hello from rank " + R + " of 2")) << out;
+    const std::string log = worker_log(logs, r);
+    EXPECT_TRUE(contains(log, "ENV LOCAL_RANK=0\n")) << log;
+    EXPECT_TRUE(contains(log, "ENV CUDA_VISIBLE_DEVICES=" + std::to_string(6 + r) + "\n")) << log;
+    EXPECT_TRUE(contains(log, "ENV PADDLE_LOCAL_RANK=" + R + "\n")) << log;
+    EXPECT_FALSE(contains(log, prefix)) << "the prefix is the console's, not the log's";
+  }
+  // A CPU worker beyond the caller's CUDA_VISIBLE_DEVICES list: one line naming it, as torchrun.
+  TempDir tmp2;
+  LaunchRun short_list(tmp2, {"--nproc_per_node=2", "--virtual_local_rank", "hello_worker"},
+                       {{"CUDA_VISIBLE_DEVICES", "3"}});
+  const auto code = short_list.wait(milliseconds(20'000));
+  ASSERT_TRUE(code);
+  EXPECT_NE(*code, 0);
+  EXPECT_TRUE(contains(short_list.err(), "local rank 1 has no entry in CUDA_VISIBLE_DEVICES='3'"))
+      << short_list.err();
 }
 
 TEST(Launch, FailingRankStopsTheJobQuickly) {

@@ -166,7 +166,11 @@ const std::map<std::string, std::string>& sample_values() {
       {"PET_ROLE", "trainer"},
       {"PADDLE_JOB_ID", "job"},
       {"PET_MAX_RESTARTS", "2"},
-      {"PADDLE_MAX_RESTART", "2"}};
+      {"PADDLE_MAX_RESTART", "2"},
+      {"PET_LOG_LINE_PREFIX_TEMPLATE", "[${rank}]: "},
+      {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "${hostname}:${rank}: "},
+      {"PET_SHUTDOWN_TIMEOUT", "5"},
+      {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "5"}};
   return values;
 }
 

@@ -633,12 +633,42 @@ TEST(CommandLines, TodaysTorchrunFlags) {
             std::string::npos);
   for (const std::string flag :
        {"--logs-specs=x", "--numa_binding=node", "--duplicate_stdout_filters=a",
-        "--duplicate-stderr-filters=b", "--virtual-local-rank"}) {
+        "--duplicate-stderr-filters=b"}) {
     std::string name = flag.substr(2, flag.find('=') - 2);
     std::replace(name.begin(), name.end(), '-', '_');
     EXPECT_EQ(error_of({flag, "w"}).rfind("--" + name + " (torchrun's): ", 0), 0u)
         << flag << ": " << error_of({flag, "w"});
   }
+}
+
+TEST(CommandLines, TorchrunsNewestConsoleAndDeviceFlags) {
+  // --log-line-prefix-template: the flag, then PET_, then TORCHELASTIC_'s variable.
+  EXPECT_EQ(parse({"--log-line-prefix-template=[${rank}]: ", "w"}).log_line_prefix_template,
+            "[${rank}]: ");
+  const env::EnvMap both{{"PET_LOG_LINE_PREFIX_TEMPLATE", "pet "},
+                         {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "te "}};
+  EXPECT_EQ(parse({"w"}, both).log_line_prefix_template, "pet ");
+  EXPECT_EQ(parse({"w"}, {{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "te "}})
+                .log_line_prefix_template,
+            "te ");
+  EXPECT_EQ(parse({"--log_line_prefix_template=cli ", "w"}, both).log_line_prefix_template,
+            "cli ");
+  EXPECT_FALSE(parse({"w"}).log_line_prefix_template);
+  EXPECT_FALSE(parse({"--log_line_prefix_template=", "w"}).log_line_prefix_template)
+      << "empty: no template, as torchrun's os.getenv gives it";
+  // --virtual-local-rank is a switch of torchrun's.
+  EXPECT_TRUE(parse({"--virtual-local-rank", "w"}).virtual_local_rank);
+  EXPECT_FALSE(parse({"w"}).virtual_local_rank);
+  EXPECT_EQ(parse({"--virtual_local_rank", "w"}).dialect, Dialect::kTorchrun);
+  // --shutdown-timeout's variables.
+  EXPECT_EQ(parse({"w"}, {{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "7"}}).kill_timeout,
+            std::chrono::milliseconds(7000));
+  EXPECT_EQ(parse({"w"}, {{"PET_SHUTDOWN_TIMEOUT", "4"}, {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "7"}})
+                .kill_timeout,
+            std::chrono::milliseconds(4000));
+  EXPECT_EQ(parse({"--shutdown-timeout=2", "w"}, {{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "7"}})
+                .kill_timeout,
+            std::chrono::milliseconds(2000));
 }
 
 TEST(CommandLines, StandaloneIsOneNode) {
