@@ -88,6 +88,11 @@ inline constexpr const char* kPaddleLocalDeviceIds = "PADDLE_LOCAL_DEVICE_IDS";
 inline constexpr const char* kPaddleJobId = "PADDLE_JOB_ID";             // --job_id
 // "gloo" when the job uses no GPU: Paddle's init_parallel_env otherwise takes the NCCL way.
 inline constexpr const char* kPaddleDistriBackend = "PADDLE_DISTRI_BACKEND";
+// A parameter-server job's Gloo rendezvous for Paddle's role maker (Paddle's launchers set them).
+inline constexpr const char* kPaddleWithGloo = "PADDLE_WITH_GLOO";
+inline constexpr const char* kPaddleGlooRendezvous = "PADDLE_GLOO_RENDEZVOUS";
+inline constexpr const char* kPaddleGlooFsPath = "PADDLE_GLOO_FS_PATH";
+inline constexpr const char* kPaddleGlooHttpEndpoint = "PADDLE_GLOO_HTTP_ENDPOINT";
 // Threading of the math libraries inside each worker.
 inline constexpr const char* kOmpNumThreads = "OMP_NUM_THREADS";
 // Python's output buffering: "1" for every worker unless the caller set it (Python scripts run

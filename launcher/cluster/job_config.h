@@ -67,6 +67,11 @@ struct JobConfig {
   // PADDLE_DISTRI_BACKEND for a collective job's trainers (--backend made concrete); unset:
   // "gloo" for those without a GPU only (env::to_env).
   std::optional<std::string> distri_backend;
+  // A parameter-server job's Gloo rendezvous, as Paddle's launchers hand it to every process:
+  // PADDLE_WITH_GLOO=with_gloo, PADDLE_GLOO_RENDEZVOUS=3 (HTTP), PADDLE_GLOO_HTTP_ENDPOINT the
+  // first server's host at gloo_port, PADDLE_GLOO_FS_PATH a fresh path per job and node.
+  int with_gloo = 1;     // --with_gloo
+  int gloo_port = 6767;  // --gloo_port / --http_port
   // --rank_mapping_file: set, the nodes and each node's ranks come from it (plan.h);
   // cluster_node_ips are then its hosts.
   std::optional<RankMapping> rank_mapping;

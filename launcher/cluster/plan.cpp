@@ -1,10 +1,13 @@
 #include "launcher/cluster/plan.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <random>
 #include <set>
 #include <sstream>
+
+#include "env/file.h"
 
 namespace ddl::launcher {
 namespace {
@@ -96,6 +99,22 @@ struct NodePlace {
 
 // A planned process's variables: its contract (completed with what every process of the job
 // shares) written out, then the plan's additions.
+// Paddle's launchers hand every process of a parameter-server job the Gloo rendezvous its role
+// maker builds: an HTTP store (rendezvous 3) that server 0's role maker serves on the first
+// server's host, and a file-system path (a fresh one per job and node, not created).
+void add_gloo_rendezvous(const JobConfig& config, const PlanInputs& inputs, const ClusterPlan& plan,
+                         env::EnvMap& env) {
+  env[env::kPaddleWithGloo] = std::to_string(config.with_gloo);
+  env[env::kPaddleGlooRendezvous] = "3";
+  env[env::kPaddleGlooFsPath] =
+      (std::filesystem::temp_directory_path() /
+       ("ddl-gloo-" + env::safe_file_name(inputs.generation.job_id(inputs.job_id), "job")))
+          .string();
+  const std::string host =
+      plan.server_endpoints.empty() ? config.node_ip : plan.server_endpoints.front().host;
+  env[env::kPaddleGlooHttpEndpoint] = host + ":" + std::to_string(config.gloo_port);
+}
+
 PlannedWorker make_spec(env::WorkerContract c, const JobConfig& config, const PlanInputs& inputs,
                         const ClusterPlan& plan, NodePlace place) {
   c.job_id = inputs.generation.job_id(inputs.job_id);
@@ -127,6 +146,7 @@ PlannedWorker make_spec(env::WorkerContract c, const JobConfig& config, const Pl
     if (!w.contract.gpu && config.empty_gpus_on_cpu) w.env[env::kSelectedGpus] = "";
     if (config.distri_backend) w.env[env::kPaddleDistriBackend] = *config.distri_backend;
   }
+  if (config.ps_job()) add_gloo_rendezvous(config, inputs, plan, w.env);
   // As torchrun runs scripts with -u: output arrives line by line (the hang guard and the
   // console see it), also from a Python program started by the worker.
   if (!env::lookup(inputs.caller_env, env::kPythonUnbuffered)) w.env[env::kPythonUnbuffered] = "1";

@@ -1,10 +1,13 @@
 #include "launcher/coord/control_plane.h"
 
+#include <arpa/inet.h>
 #include <dlfcn.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
+#include <utility>
 
 #include "env/text.h"
 #include "launcher/coord/engine.h"
@@ -89,21 +92,43 @@ std::optional<std::vector<int>> ready_members(
   return std::nullopt;
 }
 
-Membership membership_of(const Members& members, int me, bool equal_node_sizes) {
-  const std::vector<int>& nodes = members.nodes;
+namespace {
+
+// Orders hosts as --sort_ip does: IPv4 addresses by their value, before host names by their text.
+std::pair<std::uint64_t, std::string> address_key(const std::string& host) {
+  in_addr a{};
+  if (::inet_pton(AF_INET, host.c_str(), &a) == 1) return {ntohl(a.s_addr), ""};
+  return {std::uint64_t{1} << 32, host};
+}
+
+}  // namespace
+
+Membership membership_of(const Members& members, int me, bool equal_node_sizes, bool by_address) {
+  std::vector<std::size_t> order(members.nodes.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  auto host_of = [&](std::size_t i) {
+    return members.endpoints[i].empty() ? std::string() : members.endpoints[i].front().host;
+  };
+  if (by_address) {
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return address_key(host_of(a)) < address_key(host_of(b));
+    });
+  }
   Membership m;
   m.generation = Generation(members.generation);
-  m.nodes = nodes;
-  for (std::size_t i = 0; i < nodes.size(); ++i) {
-    if (nodes[i] == me) m.position = static_cast<int>(i);
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    const std::size_t i = order[k];
+    const int node = members.nodes[i];
+    if (node == me) m.position = static_cast<int>(k);
     const std::vector<env::Endpoint>& theirs = members.endpoints[i];
-    if (equal_node_sizes && i > 0 && theirs.size() * i != m.endpoints.size()) {
-      throw ControlError("node " + std::to_string(nodes[i]) + " published " +
+    if (equal_node_sizes && k > 0 && theirs.size() * k != m.endpoints.size()) {
+      throw ControlError("node " + std::to_string(node) + " published " +
                          std::to_string(theirs.size()) + " endpoint(s), node " +
-                         std::to_string(nodes[0]) + " " + std::to_string(m.endpoints.size() / i));
+                         std::to_string(m.nodes[0]) + " " + std::to_string(m.endpoints.size() / k));
     }
+    m.nodes.push_back(node);
     m.endpoints.insert(m.endpoints.end(), theirs.begin(), theirs.end());
-    m.hosts.push_back(theirs.empty() ? std::string() : theirs.front().host);
+    m.hosts.push_back(host_of(i));
   }
   return m;
 }

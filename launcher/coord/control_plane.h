@@ -62,6 +62,9 @@ struct ControlOptions {
   // Every node publishes as many endpoints as node 0 (a join with another count is an error);
   // false for a rank mapping, whose nodes run different numbers of ranks.
   bool equal_node_sizes = true;
+  // --sort_ip (Paddle 2.x): a generation's members, and so the ranks, in the order of their
+  // addresses (membership_of) instead of their node ranks.
+  bool order_by_address = false;
   // --straggler, --straggler_ratio: the decider names (and, evict, sends away) a slow node.
   PaceOptions pace;
 
@@ -89,7 +92,7 @@ Heartbeat heartbeat_for(int nnodes);
 // One generation's part of the job, as the control plane decided it.
 struct Membership {
   Generation generation;
-  std::vector<int> nodes;                // taking part, ascending node ranks
+  std::vector<int> nodes;                // taking part, ascending node ranks (or by address)
   std::vector<env::Endpoint> endpoints;  // every rank's, member-major
   std::vector<std::string> hosts;        // each member's address (its first endpoint's host)
   int position = 0;                      // this node's index in `nodes` (its node rank in plans)
@@ -97,8 +100,11 @@ struct Membership {
 
 // Generation `members.generation` as node `me` sees it: the members' endpoints member-major and
 // its position among them. With `equal_node_sizes`, a member that published another number of
-// endpoints than the first is a ControlError.
-Membership membership_of(const Members& members, int me, bool equal_node_sizes);
+// endpoints than the first is a ControlError. With `by_address` the members are ordered by their
+// addresses (their first endpoint's host: IPv4 addresses in numeric order, then host names in
+// text order; node rank among equals), as Paddle 2.x's master sorts its peers for --sort_ip.
+Membership membership_of(const Members& members, int me, bool equal_node_sizes,
+                         bool by_address = false);
 
 // What a control plane knows of generation `generation` at one moment; each plane fills it from
 // its own records (node 0's store, or etcd's keys and leases).

@@ -707,7 +707,7 @@ Membership ControlEngine::join_generation(Generation requested) {
                    std::min(deciding ? kControlPollInterval : options_.heartbeat_interval,
                             std::chrono::duration_cast<milliseconds>(deadline - now)));
     }
-    Membership m = membership_of(members, me, options_.equal_node_sizes);
+    Membership m = membership_of(members, me, options_.equal_node_sizes, options_.order_by_address);
     std::lock_guard<std::mutex> state(mutex_);
     current_generation_ = generation;
     current_members_ = members.nodes;

@@ -26,6 +26,7 @@
 #include "launcher/cluster/topology.h"
 #include "launcher/coord/control_plane.h"
 #include "launcher/coord/munge_auth.h"
+#include "launcher/diagnose/gpu_log.h"
 #include "launcher/job/identity.h"
 #include "launcher/preflight/check.h"
 #include "launcher/report/run_report.h"
@@ -200,6 +201,7 @@ ControlOptions control_options_for(const LaunchOptions& options, const NodeTopol
       options.rendezvous_timeout.value_or(env::kDefaultRendezvousTimeout);
   control_options.linger_timeout = options.kill_timeout + std::chrono::seconds(5);
   control_options.equal_node_sizes = !options.rank_mapping;
+  control_options.order_by_address = options.sort_ip;
   const Heartbeat heartbeat = heartbeat_for(topology.nnodes);
   control_options.heartbeat_interval = heartbeat.interval;
   control_options.heartbeat_timeout = heartbeat.timeout;
@@ -322,6 +324,30 @@ bool shown_on_console(const LaunchOptions& options, const PlannedWorker& spec) {
   return chosen || options.tee.contains(local);
 }
 
+// This node's GPUs as the machine numbers them (nvidia-smi -i): --selected_gpus are positions in
+// CUDA_VISIBLE_DEVICES when it is set (an entry that is not a number is left out).
+std::vector<int> machine_gpu_ids(const LaunchOptions& options, const env::EnvMap& caller_env) {
+  const auto visible = env::lookup(caller_env, "CUDA_VISIBLE_DEVICES");
+  if (!visible) return options.selected_gpus;
+  std::vector<std::string> listed;
+  std::size_t start = 0;
+  while (start <= visible->size()) {
+    const std::size_t comma = visible->find(',', start);
+    listed.push_back(visible->substr(start, comma == std::string::npos ? comma : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  std::vector<int> ids;
+  for (int position : options.selected_gpus) {
+    if (position < 0 || position >= static_cast<int>(listed.size())) continue;
+    try {
+      ids.push_back(std::stoi(listed[static_cast<std::size_t>(position)]));
+    } catch (const std::exception&) {  // a GPU UUID: nvidia-smi -i would take it, an int not
+    }
+  }
+  return ids;
+}
+
 // Says which flags the job does not use, and which flag defaults came from the environment
 // (torchrun's PET_<FLAG>, Paddle's PADDLE_<FLAG>), when any did.
 void log_environment_defaults(const LaunchOptions& options) {
@@ -333,6 +359,7 @@ void log_environment_defaults(const LaunchOptions& options) {
         "node without devices (count them with --trainer_num)",
         options.run_mode(), flags, options.worker_num);
   }
+  for (const std::string& line : options.warnings) spdlog::warn("{}", line);
   if (options.from_environment.empty()) return;
   std::string used;
   for (const auto& v : options.from_environment) used += (used.empty() ? "" : ", ") + v;
@@ -473,6 +500,11 @@ class JobRun {
     choose_error_file_dir();
     plan_first_generation();
     show_plan();
+    if (options_.dialect == Dialect::kPaddle2) {
+      gpu_log_ = start_gpu_log(options_.enable_gpu_log, options_.log_dir.value_or(""),
+                               options_.job_id.value_or("default"),
+                               machine_gpu_ids(options_, context_.caller_env), context_.caller_env);
+    }
 
     const GenerationFactory generations = [this](Generation generation) {
       return launches_for(generation);
@@ -807,6 +839,7 @@ class JobRun {
   std::unique_ptr<Control> control_;  // a multi-node job's
   Generation first_generation_;
   Membership first_membership_;
+  std::unique_ptr<GpuLog> gpu_log_;  // Paddle 2.x's LOG_DIR/<job_id>.gpu.log, while the job runs
   std::vector<PreflightNumbers> early_checks_;  // checks made before the run report was
   bool excluded_ = false;  // the pre-flight check named this node in an elastic job: it leaves
   std::shared_ptr<ExternalStop> stop_ = std::make_shared<ExternalStop>();

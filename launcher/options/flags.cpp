@@ -178,6 +178,7 @@ std::vector<FlagSpec> workers_and_devices() {
           .value("NAME")
           .group(FlagGroup::kWorkers)
           .also_in({Dialect::kFleetrun})
+          .variable("PADDLE_DISTRI_BACKEND")
           .default_is("auto")
           .help("auto, gloo (CPU workers, Gloo) or nccl (one GPU per worker, NCCL); given to the "
                 "workers as PADDLE_DISTRI_BACKEND")
@@ -309,9 +310,30 @@ std::vector<FlagSpec> logs_and_console() {
           .group(FlagGroup::kLogs)
           .any_dialect()
           .also_in({Dialect::kPaddle2})
+          .variable("PADDLE_LOG_OVERWRITE")
+          .default_is("true; false with Paddle's flags")
           .help("truncate the logs at job start; false appends to them")
-          .doc("truncate the logs at job start (Paddle 1.8's behaviour); `false` appends to "
-               "existing logs (Paddle 2.x's).")
+          .doc("truncate the logs at job start; `false` appends to existing logs, as every Paddle "
+               "launcher opens them (1.8, the fleet launcher and 2.x: two launchers of one job "
+               "started in one folder then share `log/workerlog.0` there), and so it is the "
+               "default with Paddle's flags.")
+          .config(
+              [](const LaunchOptions& o) { return std::optional(python_bool(o.log_overwrite)); })
+          .done());
+  t.push_back(
+      Flag("enable_gpu_log")
+          .boolean("true")
+          .group(FlagGroup::kLogs)
+          .also_in({Dialect::kPaddle2})
+          .help("with GPUs and a log folder, write LOG_DIR/JOB_ID.gpu.log from nvidia-smi every "
+                "30 s")
+          .doc("with GPUs and a log folder, `LOG_DIR/<job_id>.gpu.log` holds what Paddle 2.x's "
+               "watcher writes: the GPUs (`nvidia-smi --query-gpu=index,uuid,driver_version,...`), "
+               "the processes on them, then every 30 s each GPU's utilization and memory, while "
+               "the job runs. Nothing without GPUs, without `nvidia-smi` (one warning) or with "
+               "`false`.")
+          .config(
+              [](const LaunchOptions& o) { return std::optional(python_bool(o.enable_gpu_log)); })
           .done());
   t.push_back(Flag("local_ranks_filter")
                   .value("0,1,...")
@@ -661,6 +683,35 @@ std::vector<FlagSpec> rendezvous() {
                   .config([](const LaunchOptions& o) { return std::optional(o.role); })
                   .done());
   t.push_back(
+      Flag("sort_ip")
+          .boolean("false")
+          .group(FlagGroup::kNodes)
+          .also_in({Dialect::kPaddle2})
+          .variable("PADDLE_SORT_IP")
+          .help("number the nodes of a control-store job by their addresses (IPv4 order)")
+          .doc("in a job whose nodes meet through a control plane (`--master`, `--rdzv_endpoint`, "
+               "etcd), the ranks follow the nodes' addresses, IPv4 addresses in numeric order, "
+               "then host names (as Paddle 2.x's master sorts its peers): the node with the "
+               "lowest address runs ranks 0..n-1, whichever launcher came first.")
+          .config([](const LaunchOptions& o) { return std::optional(python_bool(o.sort_ip)); })
+          .done());
+  t.push_back(
+      Flag("elastic_timeout")
+          .value("S")
+          .seconds(true)
+          .group(FlagGroup::kNodes)
+          .also_in({Dialect::kPaddle2})
+          .variable("PADDLE_ELASTIC_TIMEOUT")
+          .default_is("30")
+          .help("elastic jobs: seconds to wait for more nodes once MIN have joined")
+          .doc("Paddle 2.x's spelling of `--rdzv_conf last_call_timeout=S`: in an elastic job "
+               "(`--nnodes=MIN:MAX`), once MIN nodes have joined, how long to wait for more "
+               "before starting; giving both is an error.")
+          .config([](const LaunchOptions& o) {
+            return std::optional(env::seconds_text(o.last_call_timeout));
+          })
+          .done());
+  t.push_back(
       Flag("job_id")
           .value("NAME")
           .name_value()
@@ -709,6 +760,24 @@ std::vector<FlagSpec> failures() {
                "[Failure semantics](failures.md).")
           .config(
               [](const LaunchOptions& o) { return std::optional(std::to_string(o.max_restarts)); })
+          .done());
+  t.push_back(
+      Flag("elastic_level")
+          .value("N")
+          .integer(-1, 1000)
+          .group(FlagGroup::kFailures)
+          .also_in({Dialect::kPaddle2})
+          .variable("PADDLE_ELASTIC_LEVEL")
+          .help("Paddle 2.x: -1 or 0, a failure ends the job; 1 (or more), restart the job up to "
+                "--max_restart times (Paddle's default 3)")
+          .doc("Paddle 2.x's fault-tolerance level: `-1` (its default) and `0` end the job at the "
+               "first failure whatever `--max_restart` says (with a warning when it says more "
+               "than 0), as Paddle's controller stops its pod; `1` or more restart the whole job "
+               "after a failure, up to `--max_restart` times, 3 when not given (Paddle's "
+               "default).")
+          .config([](const LaunchOptions& o) -> std::optional<std::string> {
+            return o.elastic_level ? std::to_string(*o.elastic_level) : "None";
+          })
           .done());
   t.push_back(
       Flag("no_progress_restarts")
@@ -886,6 +955,39 @@ std::vector<FlagSpec> parameter_servers() {
                     return o.workers.empty() ? "None" : env::join_endpoints(o.workers);
                   }))
                   .done());
+  t.push_back(
+      Flag("gloo_port")
+          .value("P")
+          .integer(1, 65535)
+          .group(FlagGroup::kParameterServer)
+          .alias("http_port", Dialect::kFleetrun)
+          .also_in({Dialect::kPaddle2})
+          .variable("PADDLE_GLOO_PORT")
+          .default_is("6767")
+          .help("parameter-server job: the port of Gloo's HTTP store on the first server's host "
+                "(PADDLE_GLOO_HTTP_ENDPOINT)")
+          .doc("parameter-server job: every process gets `PADDLE_GLOO_HTTP_ENDPOINT=<first "
+               "server's host>:P`, with `PADDLE_GLOO_RENDEZVOUS=3` and `PADDLE_GLOO_FS_PATH` (a "
+               "fresh path, not created), as Paddle's launchers hand Paddle's role maker its Gloo "
+               "rendezvous; the role maker of server 0 serves that store. The fleet launcher's "
+               "`--http_port` is the same; where it picks a free port without the flag, launch "
+               "uses Paddle 2.x's 6767 on every node alike.")
+          .config(ps_only([](const LaunchOptions& o) { return std::to_string(o.gloo_port); }))
+          .done());
+  t.push_back(
+      Flag("with_gloo")
+          .value("N")
+          .integer(0, 9)
+          .group(FlagGroup::kParameterServer)
+          .also_in({Dialect::kPaddle2})
+          .variable("PADDLE_WITH_GLOO")
+          .default_is("1 (Paddle 2.x), 0 (the fleet launcher)")
+          .help("parameter-server job: PADDLE_WITH_GLOO for every process")
+          .doc("parameter-server job: `PADDLE_WITH_GLOO` for every process (0: Paddle's role "
+               "maker builds no Gloo context). Paddle 2.x's default is 1, the fleet launcher's "
+               "0.")
+          .config(ps_only([](const LaunchOptions& o) { return std::to_string(o.with_gloo); }))
+          .done());
   t.push_back(Flag("server_grace")
                   .value("S")
                   .seconds(true)

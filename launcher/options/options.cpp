@@ -113,10 +113,25 @@ Dialect decide_dialect(const CommandLine& command_line) {
   }
   const Dialect from_flags = dialect_of(typed);
   if (from_flags != Dialect::kOurs) return from_flags;
+  // A variable speaks for the launchers of the spelling it stands for: PET_ for torchrun,
+  // PADDLE_<FLAG> for Paddle 2.x (launch/context/args_envs.py), PADDLE_DISTRI_BACKEND for the
+  // fleet launcher (its --backend's default).
   std::vector<std::set<Dialect>> variables;
   for (const std::string& used : command_line.from_environment) {
-    if (used.rfind("PET_", 0) == 0) variables.push_back({Dialect::kTorchrun});
-    if (used.rfind("PADDLE_", 0) == 0) variables.push_back({Dialect::kPaddle2});
+    const std::string name = used.substr(0, used.find('='));
+    if (name.rfind("PET_", 0) == 0) variables.push_back({Dialect::kTorchrun});
+    if (name.rfind("PADDLE_", 0) != 0) continue;
+    for (const FlagSpec& f : flag_table()) {
+      for (const FlagVariable& v : f.variables) {
+        if (v.name != name) continue;
+        std::set<Dialect> origins;
+        for (Dialect o : spelling_origins(f, v.spelling)) {
+          if (o != Dialect::kOurs) origins.insert(o);
+        }
+        variables.push_back(origins.count(Dialect::kPaddle2) ? std::set{Dialect::kPaddle2}
+                                                             : origins);
+      }
+    }
   }
   return dialect_of(variables);
 }
@@ -304,6 +319,7 @@ void parse_rdzv_conf(const std::string& v, LaunchOptions& o) {
     const std::string value = item.substr(eq + 1);
     if (key == "last_call_timeout") {
       o.last_call_timeout = parse_seconds("rdzv_conf", value, true);
+      o.last_call_timeout_given = true;
     } else if (key == "protocol") {
       if (value != "http" && value != "https") bad_value("rdzv_conf", item, "protocol=http|https");
       protocol = value;
@@ -865,6 +881,27 @@ void parse_levels_and_timeouts(const GivenFlags& r, LaunchOptions& o) {
   o.rendezvous_timeout = r.seconds("rendezvous_timeout");
   o.server_grace = r.seconds("server_grace");
   if (const auto restarts = r.integer("max_restarts")) o.max_restarts = *restarts;
+  if (const auto level = r.integer("elastic_level")) {
+    // Paddle 2.x's controller stops at a failure unless the level is 1 or more; then it restarts
+    // up to --max_restart times (its default 3).
+    o.elastic_level = level;
+    if (*level <= 0 && o.max_restarts > 0) {
+      o.warnings.push_back("--elastic_level=" + std::to_string(*level) + ": a failure ends the " +
+                           "job, --max_restart=" + std::to_string(o.max_restarts) +
+                           " is not used (--elastic_level=1 restarts)");
+      o.max_restarts = 0;
+    } else if (*level >= 1 && !r.has("max_restarts")) {
+      o.max_restarts = kPaddleDefaultMaxRestart;
+    }
+  }
+  if (const auto wait = r.seconds("elastic_timeout")) {
+    if (o.last_call_timeout_given) {
+      throw OptionsError(
+          "--elastic_timeout and --rdzv_conf last_call_timeout both say how long an elastic "
+          "job waits for more nodes; give one");
+    }
+    o.last_call_timeout = *wait;
+  }
   if (const auto hang = r.seconds("hang_timeout")) o.hang_timeout = *hang;
   if (const auto mode = r.choice("straggler")) {
     o.pace.stragglers = *mode != "off";
@@ -911,8 +948,8 @@ LaunchOptions parse_command_line(const CommandLine& command_line, const env::Env
     const std::string dir = r.value("log_dir");
     if (dir.empty()) bad_value("log_dir", dir, "expected a directory");
     o.log_dir = dir;
-  } else if (o.dialect == Dialect::kPaddle2) {
-    o.log_dir = "log";  // Paddle 2.x always writes its log folder, ./log by default
+  } else if (o.dialect == Dialect::kPaddle2 || o.dialect == Dialect::kFleetrun) {
+    o.log_dir = "log";  // Paddle 2.x and the fleet launcher write their logs to ./log by default
   }
   o.quiet = r.has("quiet");
   decide_nodes(r, ps, machine, o);
@@ -941,7 +978,15 @@ LaunchOptions parse_command_line(const CommandLine& command_line, const env::Env
   if (const auto bind = r.choice("bind")) {
     o.bind = *bind == "core" ? CpuBind::kCore : *bind == "numa" ? CpuBind::kNuma : CpuBind::kNone;
   }
-  o.log_overwrite = r.boolean("log_overwrite");
+  // Every Paddle launcher opens its workers' logs for appending.
+  const bool paddle = o.dialect == Dialect::kPaddle18 || o.dialect == Dialect::kFleetrun ||
+                      o.dialect == Dialect::kPaddle2;
+  o.log_overwrite = r.has("log_overwrite") ? r.boolean("log_overwrite") : !paddle;
+  o.enable_gpu_log = r.boolean("enable_gpu_log");
+  o.sort_ip = r.boolean("sort_ip");
+  if (const auto port = r.integer("gloo_port")) o.gloo_port = *port;
+  // The fleet launcher gives PADDLE_WITH_GLOO's value (default 0), Paddle 2.x its --with_gloo (1).
+  o.with_gloo = r.integer("with_gloo").value_or(o.dialect == Dialect::kFleetrun ? 0 : 1);
   parse_worker_run(r, o);
   parse_console(r, o);
   check_job_kind(r, ps.ps_job, o);

@@ -35,6 +35,8 @@ class OptionsError : public Error {
 
 inline constexpr const char* kDefaultNodeIp = "127.0.0.1";
 inline constexpr std::chrono::milliseconds kDefaultKillTimeout{10'000};
+// Paddle 2.x's --max_restart default, which --elastic_level=1 without --max_restart uses.
+inline constexpr int kPaddleDefaultMaxRestart = 3;
 inline constexpr int kDefaultControlPort =
     29500;  // multi-node, without --master_port/--started_port
 inline constexpr int kDefaultRendezvousPort =
@@ -154,9 +156,13 @@ struct LaunchOptions : JobConfig {
   // Flags given that the job does not use, each with why, for one warning line (Paddle 2.x's
   // --run_mode=ps ignores --nproc_per_node and --devices).
   std::vector<std::string> unused_flags;
+  // Other things the command line asked for that the job does differently, one line each,
+  // logged as warnings when the job starts.
+  std::vector<std::string> warnings;
   // Elastic jobs: after MIN nodes joined, how long to wait for more before starting
   // (--rdzv_conf last_call_timeout=S, torchrun's spelling and default).
   std::chrono::milliseconds last_call_timeout{30'000};
+  bool last_call_timeout_given = false;  // by --rdzv_conf (--elastic_timeout may not say it too)
   EtcdSecurity etcd_security;  // --rdzv_conf's TLS and authentication keys (etcd only)
   // How WORKER is run (launcher/supervise/worker_lookup.h): a script ending in .py, or a module
   // (-m/--module), by the Python interpreter with -u, as torchrun and Paddle do; --no_python runs
@@ -175,7 +181,17 @@ struct LaunchOptions : JobConfig {
   std::optional<std::string> log_line_prefix_template;
   std::optional<double> monitor_interval;        // --monitor_interval (seconds; torchrun's)
   std::string start_method = "spawn";            // --start_method (torchrun): spawn|fork|forkserver
-  bool log_overwrite = true;  // --log_overwrite[=false]: append to the logs if false
+  // --log_overwrite[=false]: append to the logs if false; unset, false with Paddle's flags
+  // (every Paddle launcher opens its logs for appending), true otherwise.
+  bool log_overwrite = true;
+  // --enable_gpu_log (Paddle 2.x): with GPUs and a log folder, LOG_DIR/<job_id>.gpu.log from
+  // nvidia-smi (launcher/diagnose/gpu_log.h).
+  bool enable_gpu_log = true;
+  // --sort_ip (Paddle 2.x): a control-plane job's ranks follow its nodes' addresses.
+  bool sort_ip = false;
+  // --elastic_level (Paddle 2.x) as given: <= 0 a failure ends the job (max_restarts 0), >= 1
+  // restarts (max_restarts defaults to Paddle's 3).
+  std::optional<int> elastic_level;
   // --selected_gpus as typed, before it is made relative to CUDA_VISIBLE_DEVICES (Paddle 1.8).
   std::vector<int> selected_gpus_given;
   // --backend (the fleet launcher's) as given: "auto", "gloo" or "nccl"; unset: not given.

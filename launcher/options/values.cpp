@@ -36,7 +36,10 @@ std::vector<std::string> split_commas(const std::string& text) {
 int parse_int_flag(const std::string& flag, const std::string& value, int min, int max) {
   int v = 0;
   try {
-    v = env::parse_non_negative_int(value, "--" + flag);
+    // A leading '-' only where the range has room for it (--elastic_level=-1).
+    const bool negative = min < 0 && value.size() > 1 && value[0] == '-';
+    v = env::parse_non_negative_int(negative ? value.substr(1) : value, "--" + flag);
+    if (negative) v = -v;
   } catch (const env::EnvError&) {
     bad_value(flag, value,
               "expected an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]");

@@ -1,7 +1,8 @@
 // Paddle users' flags, run by the built `launch`: FLAGS_selected_gpus as Paddle's own
 // test scripts print it (nproc_process.py) under each launcher's spelling; Paddle 2.x's log
 // folder as its test_run.py counts it (the workers' logs and <job_id>.<pod>.log, the run report
-// in LOG_DIR.launch); --backend; --auto_parallel_config. The scripts use the standard library
+// in LOG_DIR.launch); --sort_ip, appending to logs, the GPU log; --backend;
+// --auto_parallel_config. The scripts use the standard library
 // only and read Paddle's environment the way Paddle's scripts do.
 #include <gtest/gtest.h>
 
@@ -234,6 +235,129 @@ TEST(PaddleFlags, Paddle2WritesItsLogFolderByDefault) {
   EXPECT_EQ(names.size(), 2u) << listing(names);
   EXPECT_EQ(names.count("workerlog.0"), 1u) << listing(names);
   EXPECT_FALSE(pod_log(names, "test1").empty()) << listing(names);
+}
+
+// ---- The rest of Paddle 2.x's launcher: --sort_ip, appending logs, the GPU log -----------------
+
+TEST(PaddleFlags, SortIpRanksTheNodesByAddress) {
+  // Node 0 (the master's address, first to start) is 127.0.0.5; the other is 127.0.0.2, which
+  // --sort_ip puts first, as Paddle 2.x's master sorts its peers.
+  TempDir tmp;
+  const fs::path script = write_script(tmp, "train.py", kCollectiveScript);
+  const int port = free_loopback_port();
+  const ddl::env::EnvMap identity = {{"DDL_JOB_SECRET", "flags-test-secret"}};
+  auto node = [&](const std::string& host) {
+    return std::vector<std::string>{"--job_id",
+                                    "sorted",
+                                    "--nproc_per_node",
+                                    "2",
+                                    "--host",
+                                    host,
+                                    "--log_dir",
+                                    (tmp.path() / host).string(),
+                                    "--master",
+                                    "127.0.0.5:" + std::to_string(port),
+                                    "--nnodes",
+                                    "2",
+                                    "--sort_ip",
+                                    "True",
+                                    "--print_config=false",
+                                    script.string()};
+  };
+  TempDir out1;
+  TempDir out2;
+  LaunchRun first(out1, node("127.0.0.5"), identity);
+  LaunchRun second(out2, node("127.0.0.2"), identity);
+  ASSERT_EQ(first.wait(kTimeout), 0) << describe(first);
+  ASSERT_EQ(second.wait(kTimeout), 0) << describe(second);
+  const std::string low = read_file(tmp.path() / "127.0.0.2" / "workerlog.0");
+  const std::string high = read_file(tmp.path() / "127.0.0.5" / "workerlog.0");
+  EXPECT_TRUE(contains(low, "trainer 0 of 4")) << low;
+  EXPECT_TRUE(contains(high, "trainer 2 of 4")) << high;
+}
+
+TEST(PaddleFlags, Paddle2AppendsToTheLogsItFinds) {
+  // Two runs in one folder: the second adds to workerlog.0, as every Paddle launcher opens it.
+  TempDir tmp;
+  const fs::path script = write_script(tmp, "train.py", kCollectiveScript);
+  const fs::path logs = tmp.path() / "log";
+  for (int run_index = 0; run_index < 2; ++run_index) {
+    TempDir out;
+    LaunchRun run(out, {"--job_id", "twice", "--log_dir", logs.string(), "--print_config=false",
+                        script.string()});
+    ASSERT_EQ(run.wait(kTimeout), 0) << describe(run);
+  }
+  const std::string log = read_file(logs / "workerlog.0");
+  EXPECT_NE(log.find("trainer 0 of 1"), log.rfind("trainer 0 of 1")) << "both runs' lines\n" << log;
+  // --log_overwrite=True truncates.
+  TempDir out;
+  LaunchRun run(out, {"--job_id", "twice", "--log_dir", logs.string(), "--log_overwrite", "True",
+                      "--print_config=false", script.string()});
+  ASSERT_EQ(run.wait(kTimeout), 0) << describe(run);
+  const std::string fresh = read_file(logs / "workerlog.0");
+  EXPECT_EQ(fresh.find("trainer 0 of 1"), fresh.rfind("trainer 0 of 1")) << fresh;
+}
+
+// nvidia-smi as the test's own program on PATH: it answers each query with fixed CSV lines and
+// records its arguments, so the GPU log's contents and the GPU ids asked for can be checked on a
+// machine without GPUs.
+const char* kFakeNvidiaSmi = R"(#!/bin/sh
+echo "$*" >> "$(dirname "$0")/calls"
+case "$*" in
+  *--query-gpu=index,uuid*) echo "5, GPU-fake-5, 550.54, Fake GPU, 1234, Disabled, Disabled" ;;
+  *--query-compute-apps*) echo "4242, python3, GPU-fake-5, Fake GPU, 100 MiB" ;;
+  *utilization.gpu*) echo "5, 37, 81559, 1024, 80535, 2026/12/07 12:00:00.000" ;;
+  *) echo "unknown query" >&2; exit 6 ;;
+esac
+)";
+
+TEST(PaddleFlags, GpuLogFromNvidiaSmi) {
+  TempDir tmp;
+  const fs::path script = write_script(tmp, "train.py", kCollectiveScript);
+  const fs::path bin = tmp.path() / "bin";
+  fs::create_directories(bin);
+  const fs::path smi = write_script(tmp, "bin/nvidia-smi", kFakeNvidiaSmi);
+  fs::permissions(smi, fs::perms::owner_all);
+  const fs::path logs = tmp.path() / "log";
+  const std::string path =
+      bin.string() + ":" +
+      ddl::env::lookup(ddl::env::current_environment(), "PATH").value_or("/usr/bin:/bin");
+  TempDir out;
+  LaunchRun run(out,
+                {"--job_id", "gpujob", "--devices", "5", "--log_dir", logs.string(),
+                 "--print_config=false", script.string()},
+                {{"CUDA_VISIBLE_DEVICES", "3,5"}, {"PATH", path}});
+  ASSERT_EQ(run.wait(kTimeout), 0) << describe(run);
+  const std::string log = read_file(logs / "gpujob.gpu.log");
+  EXPECT_EQ(log,
+            "index,uuid,driver_version,name,gpu_serial,display_active,display_mode\n"
+            "5, GPU-fake-5, 550.54, Fake GPU, 1234, Disabled, Disabled\n"
+            "\npid,process_name,gpu_uuid,gpu_name,used_memory\n"
+            "4242, python3, GPU-fake-5, Fake GPU, 100 MiB\n"
+            "\nindex,utilization_gpu,memory_total,memory_used,memory_free,timestamp\n"
+            "5, 37, 81559, 1024, 80535, 2026/12/07 12:00:00.000\n");
+  const std::string calls = read_file(bin / "calls");
+  EXPECT_TRUE(contains(calls, "--id=5")) << "the machine's GPU 5, CUDA_VISIBLE_DEVICES' entry 1\n"
+                                         << calls;
+  // --enable_gpu_log=False: none.
+  TempDir out2;
+  const fs::path logs2 = tmp.path() / "log2";
+  LaunchRun off(out2,
+                {"--job_id", "gpujob", "--devices", "5", "--log_dir", logs2.string(),
+                 "--enable_gpu_log", "False", "--print_config=false", script.string()},
+                {{"CUDA_VISIBLE_DEVICES", "3,5"}, {"PATH", path}});
+  ASSERT_EQ(off.wait(kTimeout), 0) << describe(off);
+  EXPECT_FALSE(fs::exists(logs2 / "gpujob.gpu.log"));
+  // Without nvidia-smi: one warning, no file, the job runs.
+  TempDir out3;
+  const fs::path logs3 = tmp.path() / "log3";
+  LaunchRun none(out3,
+                 {"--job_id", "gpujob", "--devices", "0", "--log_dir", logs3.string(),
+                  "--print_config=false", script.string()},
+                 {{"PATH", "/usr/bin:/bin"}});
+  ASSERT_EQ(none.wait(kTimeout), 0) << describe(none);
+  EXPECT_FALSE(fs::exists(logs3 / "gpujob.gpu.log"));
+  EXPECT_TRUE(contains(none.err(), "nvidia-smi is not on PATH")) << none.err();
 }
 
 // ---- --backend and --auto_parallel_config ------------------------------------------------------

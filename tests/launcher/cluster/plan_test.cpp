@@ -440,6 +440,29 @@ TEST(PsPlan, OneNodeFreePortsServersFirst) {
       << "what rank 2 shares with rank 0 is printed once: " << text;
 }
 
+// Paddle's launchers hand every process of a parameter-server job its Gloo rendezvous.
+TEST(PsPlan, EveryProcessGetsTheGlooRendezvous) {
+  FakePicker picker{{5001, 5002, 5003}};
+  JobConfig config = ps(1, 2);
+  config.gloo_port = 7100;
+  config.with_gloo = 0;
+  const ClusterPlan plan = make_plan(config, inputs(picker, 4));
+  ASSERT_EQ(plan.local.size(), 3u);
+  std::string fs_path;
+  for (const PlannedWorker& w : plan.local) {
+    EXPECT_EQ(w.env.at("PADDLE_WITH_GLOO"), "0");
+    EXPECT_EQ(w.env.at("PADDLE_GLOO_RENDEZVOUS"), "3");
+    EXPECT_EQ(w.env.at("PADDLE_GLOO_HTTP_ENDPOINT"), "127.0.0.1:7100") << "server 0's host";
+    if (fs_path.empty()) fs_path = w.env.at("PADDLE_GLOO_FS_PATH");
+    EXPECT_EQ(w.env.at("PADDLE_GLOO_FS_PATH"), fs_path) << "one path for the job on this node";
+  }
+  EXPECT_NE(fs_path.find("ddl-gloo-job1-g0"), std::string::npos) << fs_path;
+  // A collective job has none of them.
+  FakePicker picker2{{6001}};
+  const ClusterPlan collective = make_plan(JobConfig{}, inputs(picker2, 4));
+  EXPECT_EQ(collective.local.at(0).env.count("PADDLE_GLOO_HTTP_ENDPOINT"), 0u);
+}
+
 TEST(PsPlan, StartedPortGivesServersThenTrainers) {
   FakePicker picker{{1}};
   JobConfig config = ps(2, 2);

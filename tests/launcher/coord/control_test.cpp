@@ -186,6 +186,29 @@ GenerationCandidates candidates(int generation, std::set<int> joined, std::set<i
   return c;
 }
 
+// --sort_ip: a generation's members, and so the plan's ranks, in the order of their addresses.
+TEST(MembershipOf, ByAddressOrdersIpv4NumericallyThenNamesThenNodeRank) {
+  Members members;
+  members.generation = 2;
+  members.nodes = {0, 1, 2, 3, 4};
+  const char* hosts[] = {"10.0.0.10", "10.0.0.9", "node-b", "10.0.0.9", "192.168.0.1"};
+  for (int i = 0; i < 5; ++i) {
+    members.endpoints.push_back({env::Endpoint{hosts[i], 7000}, env::Endpoint{hosts[i], 7001}});
+  }
+  const Membership plain = membership_of(members, 3, true);
+  EXPECT_EQ(plain.nodes, (std::vector<int>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(plain.position, 3);
+  const Membership sorted = membership_of(members, 3, true, true);
+  EXPECT_EQ(sorted.nodes, (std::vector<int>{1, 3, 0, 4, 2}))
+      << "10.0.0.9 < 10.0.0.10 by value (not as text); equal hosts by node rank; names last";
+  EXPECT_EQ(sorted.position, 1);
+  EXPECT_EQ(sorted.hosts, (std::vector<std::string>{"10.0.0.9", "10.0.0.9", "10.0.0.10",
+                                                    "192.168.0.1", "node-b"}));
+  ASSERT_EQ(sorted.endpoints.size(), 10u);
+  EXPECT_EQ(sorted.endpoints[4].str(), "10.0.0.10:7000") << "each member's endpoints move with it";
+  EXPECT_EQ(sorted.generation.index(), 2);
+}
+
 TEST(ReadyMembers, AFixedJobWaitsForEveryNodeThenStarts) {
   const ControlOptions o = rule_options(3, 0);
   const auto t0 = Clock::now();

@@ -86,8 +86,12 @@ TEST(Dialect, Paddle2sLogFolderDefaultsToLog) {
   EXPECT_EQ(o.log_dir, "log");
   EXPECT_TRUE(o.paddle2_log_folder());
   EXPECT_EQ(parse({"--job_id=test1", "--log_dir=/tmp/x", "train.py"}).log_dir, "/tmp/x");
-  EXPECT_FALSE(parse({"--gpus=0", "train.py"}).log_dir) << "only Paddle 2.x's";
+  // The fleet launcher's default is ./log too (its launch.py), but not Paddle 2.x's folder.
+  EXPECT_EQ(parse({"--gpus=0", "train.py"}).log_dir, "log");
+  EXPECT_FALSE(parse({"--gpus=0", "train.py"}).paddle2_log_folder());
   EXPECT_FALSE(parse({"--gpus=0", "--log_dir=x", "train.py"}).paddle2_log_folder());
+  EXPECT_FALSE(parse({"--selected_gpus=0", "train.py"}).log_dir) << "Paddle 1.8: the console";
+  EXPECT_FALSE(parse({"--nproc_per_node=2", "train.py"}).log_dir) << "launch's own";
 }
 
 TEST(Backend, ValuesLaunchRuns) {
@@ -160,7 +164,60 @@ TEST(AutoParallelConfig, RefusedNamingWhatItNeeds) {
 TEST(Paddle2Flags, LegacyTrueIsTheFleetLaunchersCommandLine) {
   EXPECT_EQ(dialect({"--legacy=true", "--job_id=x"}), Dialect::kFleetrun);
   EXPECT_EQ(dialect({"--legacy", "False", "--job_id=x"}), Dialect::kPaddle2);
-  EXPECT_FALSE(parse({"--legacy=1", "w"}).log_dir) << "no Paddle 2.x log folder by default";
+  EXPECT_EQ(parse({"--legacy=1", "w"}).log_dir, "log") << "the fleet launcher's default";
+  EXPECT_FALSE(parse({"--legacy=1", "w"}).paddle2_log_folder());
+}
+
+// The rest of Paddle 2.x's launcher (launch/context/args_envs.py) and the fleet launcher's.
+TEST(Paddle2Flags, TheRestOfPaddlesSurface) {
+  // Logs: every Paddle launcher appends; launch's own spelling and torchrun's truncate.
+  EXPECT_FALSE(parse({"--job_id=j", "w"}).log_overwrite);
+  EXPECT_FALSE(parse({"--gpus=0", "w"}).log_overwrite);
+  EXPECT_FALSE(parse({"--selected_gpus=0", "w"}).log_overwrite);
+  EXPECT_TRUE(parse({"--nproc_per_node=2", "w"}).log_overwrite);
+  EXPECT_TRUE(parse({"--nproc-per-node=2", "w"}).log_overwrite);
+  EXPECT_TRUE(parse({"--job_id=j", "--log_overwrite=true", "w"}).log_overwrite);
+  EXPECT_TRUE(parse({"--job_id=j", "w"}, {{"PADDLE_LOG_OVERWRITE", "1"}}).log_overwrite);
+  // --sort_ip, --enable_gpu_log.
+  EXPECT_TRUE(parse({"--sort_ip", "true", "--master=10.0.0.1:8090", "--nnodes=2", "w"}).sort_ip);
+  EXPECT_FALSE(parse({"--job_id=j", "w"}).sort_ip);
+  EXPECT_TRUE(parse({"--job_id=j", "w"}).enable_gpu_log);
+  EXPECT_FALSE(parse({"--enable_gpu_log=False", "w"}).enable_gpu_log);
+  EXPECT_EQ(dialect({"--enable_gpu_log=0"}), Dialect::kPaddle2);
+  // --elastic_level: <= 0 ends the job at a failure, >= 1 restarts (Paddle's default 3 times).
+  LaunchOptions o = parse({"--elastic_level=1", "w"});
+  EXPECT_EQ(o.elastic_level, 1);
+  EXPECT_EQ(o.max_restarts, 3);
+  EXPECT_EQ(parse({"--elastic_level=1", "--max_restart=7", "w"}).max_restarts, 7);
+  o = parse({"--elastic_level=0", "--max_restart=2", "w"});
+  EXPECT_EQ(o.max_restarts, 0);
+  ASSERT_EQ(o.warnings.size(), 1u);
+  EXPECT_NE(o.warnings[0].find("--max_restart=2 is not used"), std::string::npos) << o.warnings[0];
+  EXPECT_EQ(
+      parse({"w"}, {{"PADDLE_ELASTIC_LEVEL", "-1"}, {"PADDLE_MAX_RESTART", "2"}}).max_restarts, 0);
+  EXPECT_NE(error_of({"--elastic_level=-2", "w"}).find("--elastic_level='-2'"), std::string::npos);
+  // --elastic_timeout is --rdzv_conf last_call_timeout in Paddle's spelling.
+  EXPECT_EQ(parse({"--elastic_timeout=12", "w"}).last_call_timeout, std::chrono::seconds(12));
+  EXPECT_NE(
+      error_of({"--elastic_timeout=12", "--rdzv_conf=last_call_timeout=3", "w"}).find("give one"),
+      std::string::npos);
+  // Gloo for a parameter-server job: Paddle 2.x's --with_gloo (default 1) and --gloo_port, the
+  // fleet launcher's --http_port and PADDLE_WITH_GLOO (default 0).
+  o = parse({"--server_num=1", "--trainer_num=1", "--gloo_port=7001", "w"});
+  EXPECT_EQ(o.gloo_port, 7001);
+  EXPECT_EQ(o.with_gloo, 1);
+  o = parse({"--server_num=1", "--worker_num=1", "--http_port=7002", "w"});
+  EXPECT_EQ(o.dialect, Dialect::kFleetrun);
+  EXPECT_EQ(o.gloo_port, 7002);
+  EXPECT_EQ(o.with_gloo, 0);
+  EXPECT_EQ(parse({"--server_num=1", "--worker_num=1", "w"}, {{"PADDLE_WITH_GLOO", "1"}}).with_gloo,
+            1);
+  EXPECT_NE(error_of({"--gloo_port=0", "w"}).find("--gloo_port='0'"), std::string::npos);
+  // PADDLE_DISTRI_BACKEND is the fleet launcher's --backend default.
+  o = parse({"w"}, {{"PADDLE_DISTRI_BACKEND", "gloo"}});
+  EXPECT_EQ(o.backend, "gloo");
+  EXPECT_EQ(o.dialect, Dialect::kFleetrun);
+  EXPECT_EQ(parse({"--backend=auto", "w"}, {{"PADDLE_DISTRI_BACKEND", "gloo"}}).backend, "auto");
 }
 
 TEST(Paddle2Flags, AutoTunerAndOtherDevicesAreRefusedNamingWhy) {

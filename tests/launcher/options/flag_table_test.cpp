@@ -170,7 +170,14 @@ const std::map<std::string, std::string>& sample_values() {
       {"PET_LOG_LINE_PREFIX_TEMPLATE", "[${rank}]: "},
       {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "${hostname}:${rank}: "},
       {"PET_SHUTDOWN_TIMEOUT", "5"},
-      {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "5"}};
+      {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "5"},
+      {"PADDLE_DISTRI_BACKEND", "gloo"},
+      {"PADDLE_LOG_OVERWRITE", "false"},
+      {"PADDLE_SORT_IP", "true"},
+      {"PADDLE_ELASTIC_TIMEOUT", "10"},
+      {"PADDLE_ELASTIC_LEVEL", "1"},
+      {"PADDLE_GLOO_PORT", "7000"},
+      {"PADDLE_WITH_GLOO", "0"}};
   return values;
 }
 
