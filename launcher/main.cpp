@@ -4,12 +4,16 @@
 // and what each exit code means, is launcher/job/job.h; the README's "Failure semantics" has the
 // whole story.
 #include <signal.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "env/error.h"
+#include "launcher/fanout/fanout.h"
 #include "launcher/job/job.h"
 #include "launcher/options/flags.h"
 #include "launcher/options/launch_ps.h"
@@ -19,6 +23,21 @@
 #include "net/conn_limits.h"
 
 namespace {
+
+// --exit_with_stdin: the end of standard input (the ssh connection of a node that --hostfile
+// started, or its first host, gone) stops the job as SIGTERM does.
+void stop_when_stdin_ends() {
+  std::thread([] {
+    char buf[256];
+    while (true) {
+      const ssize_t n = ::read(STDIN_FILENO, buf, sizeof buf);
+      if (n > 0 || (n < 0 && errno == EINTR)) continue;
+      spdlog::warn("standard input ended (--exit_with_stdin): stopping the job");
+      ::kill(::getpid(), SIGTERM);
+      return;
+    }
+  }).detach();
+}
 
 int run(int argc, char** argv) {
   using namespace ddl::launcher;
@@ -48,6 +67,10 @@ int run(int argc, char** argv) {
       !why.empty()) {
     spdlog::warn("{}", why);
   }
+  if (options.fanout()) {
+    return fanout::run_fanout(fanout::make_fanout_job(options, args, caller_env));
+  }
+  if (options.exit_with_stdin) stop_when_stdin_ends();
   JobContext context;
   context.caller_env = caller_env;
   context.launcher_dir = launcher_directory();

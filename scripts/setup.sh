@@ -46,6 +46,9 @@ packages=(
   # Multi-node tests in network namespaces: veth pairs (iproute2), random drops (nftables),
   # bandwidth limits (tc tbf, iproute2).
   iproute2 nftables
+  # One terminal, many hosts (--hostfile): launch starts the other hosts' launchers with ssh; the
+  # tests run an sshd in each namespace host.
+  openssh-client openssh-server
 )
 
 missing=()

@@ -572,6 +572,85 @@ std::vector<FlagSpec> nodes() {
 }
 
 // Multi-node jobs, continued: the rendezvous, ports and the names workers are told.
+// A job on several hosts started from one terminal (launcher/fanout/fanout.h).
+std::vector<FlagSpec> hosts() {
+  std::vector<FlagSpec> t;
+  t.push_back(
+      Flag("hostfile")
+          .value("FILE")
+          .group(FlagGroup::kNodes)
+          .help("start the job on every host of FILE from here (DeepSpeed's format: HOST "
+                "slots=N per line), the others over ssh")
+          .doc("the job's hosts, one per line as DeepSpeed and MPI write them (`worker-1 "
+               "slots=4`; `#` comments and blank lines skipped; anything else is an error naming "
+               "the line). This machine is the first host, node 0; `launch` starts the other "
+               "hosts' launchers over OpenSSH and shows every node's lines here behind `HOST: `; "
+               "see [One terminal, many hosts](multi-node.md#one-terminal-many-hosts). It must be "
+               "a regular file of at most 1 MiB.")
+          .done());
+  t.push_back(Flag("hosts")
+                  .value("H:N,...")
+                  .short_name('H')
+                  .group(FlagGroup::kNodes)
+                  .help("the same as --hostfile, as a list: h1:4,h2:4 (horovodrun's -H)")
+                  .doc("the job's hosts as a list, `h1:4,h2:4` (a host alone has one slot), as "
+                       "horovodrun's `-H` spells it; otherwise as `--hostfile`.")
+                  .done());
+  t.push_back(
+      Flag("include")
+          .value("H[:S,...]@...")
+          .group(FlagGroup::kNodes)
+          .help("with --hostfile/--hosts: only these hosts (and slots), DeepSpeed's spelling")
+          .doc("with `--hostfile`/`--hosts`: only these hosts, separated by `@`, each optionally "
+               "with `:` and the slots (device indices) to use, `worker-1:0,2@worker-2`, as "
+               "DeepSpeed spells it. Chosen slots become that host's `--selected_gpus`.")
+          .done());
+  t.push_back(Flag("exclude")
+                  .value("H[:S,...]@...")
+                  .group(FlagGroup::kNodes)
+                  .help("with --hostfile/--hosts: not these hosts (or slots)")
+                  .doc("with `--hostfile`/`--hosts`: leave out these hosts, or only these slots "
+                       "of them (`worker-1:1@worker-3`), DeepSpeed's spelling.")
+                  .done());
+  t.push_back(Flag("num_nodes")
+                  .value("N")
+                  .integer(1, 100000)
+                  .group(FlagGroup::kNodes)
+                  .help("with --hostfile/--hosts: the first N hosts only")
+                  .done());
+  t.push_back(Flag("num_gpus")
+                  .value("N")
+                  .integer(1, 100000)
+                  .group(FlagGroup::kNodes)
+                  .help("with --hostfile/--hosts: the first N slots of each host only")
+                  .done());
+  t.push_back(Flag("ssh_port")
+                  .value("P")
+                  .integer(1, 65535)
+                  .group(FlagGroup::kNodes)
+                  .help("with --hostfile/--hosts: ssh's port on the other hosts (ssh -p)")
+                  .done());
+  t.push_back(
+      Flag("forward_env")
+          .value("NAME,...")
+          .group(FlagGroup::kNodes)
+          .help("with --hostfile/--hosts: also give these variables of this shell to every host")
+          .doc("with `--hostfile`/`--hosts`: these variables of this shell also reach every "
+               "host's launcher (and its workers), over ssh's input, as do `DDL_JOB_SECRET` and "
+               "the `NAME=VALUE` lines of `.deepspeed_env` (this folder's, else `$HOME`'s).")
+          .done());
+  t.push_back(
+      Flag("exit_with_stdin")
+          .switch_()
+          .group(FlagGroup::kNodes)
+          .help("stop the job when standard input closes (how --hostfile's nodes follow it)")
+          .doc("stop the job, as SIGTERM does, when the launcher's standard input reaches its "
+               "end: the nodes `--hostfile` starts over ssh run so, so that a node whose ssh "
+               "connection or first host goes away stops its workers.")
+          .done());
+  return t;
+}
+
 std::vector<FlagSpec> rendezvous() {
   std::vector<FlagSpec> t;
   t.push_back(
@@ -1162,8 +1241,8 @@ std::vector<FlagSpec> compatibility() {
 
 std::vector<FlagSpec> make_table() {
   std::vector<FlagSpec> table;
-  for (auto part : {workers_and_devices(), logs_and_console(), nodes(), rendezvous(), failures(),
-                    parameter_servers(), compatibility()}) {
+  for (auto part : {workers_and_devices(), logs_and_console(), nodes(), hosts(), rendezvous(),
+                    failures(), parameter_servers(), compatibility()}) {
     for (FlagSpec& f : part) table.push_back(std::move(f));
   }
   return table;

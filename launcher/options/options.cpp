@@ -789,6 +789,37 @@ void parse_console(const GivenFlags& r, LaunchOptions& o) {
   if (const auto method = r.choice("start_method")) o.start_method = *method;
 }
 
+// --hostfile/--hosts and their narrowing flags; the nodes' own flags come from the host list.
+void parse_fanout(const GivenFlags& r, LaunchOptions& o) {
+  o.exit_with_stdin = r.has("exit_with_stdin");
+  if (r.has("hostfile")) o.hostfile = r.value("hostfile");
+  if (r.has("hosts")) o.hosts = r.value("hosts");
+  if (r.has("include")) o.include_hosts = r.value("include");
+  if (r.has("exclude")) o.exclude_hosts = r.value("exclude");
+  o.num_nodes = r.integer("num_nodes");
+  o.num_gpus = r.integer("num_gpus");
+  o.ssh_port = r.integer("ssh_port");
+  if (r.has("forward_env")) o.forward_env = split_commas(r.value("forward_env"));
+  if (!o.fanout()) {
+    for (const char* f :
+         {"include", "exclude", "num_nodes", "num_gpus", "ssh_port", "forward_env"}) {
+      if (r.has(f)) throw OptionsError(std::string("--") + f + " needs --hostfile or --hosts");
+    }
+    return;
+  }
+  if (o.hostfile && o.hosts) throw OptionsError("--hostfile and --hosts were both given; give one");
+  for (const char* f :
+       {"nnodes", "node_rank", "master_addr", "rdzv_endpoint", "master", "cluster_node_ips",
+        "node_ip", "local_addr", "nproc_per_node", "selected_gpus", "standalone", "use_paddlecloud",
+        "rank_mapping_file", "exit_with_stdin"}) {
+    if (r.has(f)) {
+      throw OptionsError(std::string("--") + f + " cannot be given with " +
+                         (o.hostfile ? "--hostfile" : "--hosts") +
+                         ": the host list places the nodes and their workers");
+    }
+  }
+}
+
 // --standalone and --run_mode against the rest of the job.
 void check_job_kind(const GivenFlags& r, bool ps_job, LaunchOptions& o) {
   if (r.has("standalone") &&
@@ -940,6 +971,7 @@ LaunchOptions parse_command_line(const CommandLine& command_line, const env::Env
   if (o.help || o.version) return o;
   o.dialect = decide_dialect(command_line);
   if (r.has("legacy") && r.boolean("legacy")) o.dialect = Dialect::kFleetrun;  // Paddle 2.x's
+  parse_fanout(r, o);  // before the nodes: a host list describes them itself
 
   const std::optional<int> nproc = parse_devices(r, env, machine, o);
   const PsFlags ps = parse_ps_flags(r, o);

@@ -208,6 +208,19 @@ struct LaunchOptions : JobConfig {
   std::optional<std::string> rank_mapping_file;
   bool enable_auto_mapping = false;
   bool report = true;    // --report[=false]: write LOG_DIR/report.json and report.html
+  // A job on several hosts from one terminal (launcher/fanout/fanout.h): --hostfile or --hosts
+  // as given, narrowed by --include, --exclude, --num_nodes, --num_gpus; ssh's port; more
+  // variables to forward. exit_with_stdin: stop when standard input ends (a node it started).
+  std::optional<std::string> hostfile;
+  std::optional<std::string> hosts;
+  std::optional<std::string> include_hosts;
+  std::optional<std::string> exclude_hosts;
+  std::optional<int> num_nodes;
+  std::optional<int> num_gpus;
+  std::optional<int> ssh_port;
+  std::vector<std::string> forward_env;
+  bool exit_with_stdin = false;
+  bool fanout() const { return hostfile || hosts; }
   bool help = false;     // --help / -h: print help_text() and exit 0 (WORKER not required)
   bool version = false;  // --version: print the version and exit 0 (WORKER not required)
 
