@@ -23,6 +23,17 @@ std::string join(const std::vector<int>& items, std::string_view separator) {
   return out;
 }
 
+std::vector<std::string> split(std::string_view text, char sep) {
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t at = text.find(sep, start);
+    parts.emplace_back(text.substr(start, at == std::string_view::npos ? at : at - start));
+    if (at == std::string_view::npos) return parts;
+    start = at + 1;
+  }
+}
+
 std::string seconds_text(std::chrono::milliseconds ms) {
   std::ostringstream os;
   os << static_cast<double>(ms.count()) / 1000.0;

@@ -15,6 +15,10 @@ std::string join(const std::vector<std::string>& items, std::string_view separat
 // The same for integers in decimal: join({0, 2}, ",") == "0,2".
 std::string join(const std::vector<int>& items, std::string_view separator);
 
+// `text` cut at every `sep`, empty parts kept (so that they can be reported): split("a,,b", ',')
+// == {"a", "", "b"}; split("", ',') == {""}.
+std::vector<std::string> split(std::string_view text, char sep);
+
 // A duration as a user types it after a seconds flag, without a unit: "4", "0.25", "1.5" (six
 // significant digits, as an ostream writes a double).
 std::string seconds_text(std::chrono::milliseconds ms);

@@ -7,6 +7,7 @@
 
 #include "env/error.h"
 #include "env/host.h"
+#include "env/text.h"
 #include "launcher/options/options.h"
 
 namespace ddl::launcher::fanout {
@@ -17,17 +18,6 @@ std::string trim(const std::string& s) {
   while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
   while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
   return s.substr(b, e - b);
-}
-
-std::vector<std::string> split(const std::string& text, char sep) {
-  std::vector<std::string> parts;
-  std::size_t start = 0;
-  while (true) {
-    const std::size_t at = text.find(sep, start);
-    parts.push_back(text.substr(start, at == std::string::npos ? at : at - start));
-    if (at == std::string::npos) return parts;
-    start = at + 1;
-  }
 }
 
 // A count or index of digits only, in [min, 100000]; nullopt otherwise.
@@ -73,7 +63,7 @@ struct Named {
 std::vector<Named> parse_named(const std::string& flag, const std::string& value,
                                const std::vector<HostSlots>& hosts) {
   std::vector<Named> out;
-  for (const std::string& part : split(value, '@')) {
+  for (const std::string& part : env::split(value, '@')) {
     const std::size_t colon = part.find(':');
     Named n;
     n.host = checked_host(part.substr(0, colon), "--" + flag, value);
@@ -84,7 +74,7 @@ std::vector<Named> parse_named(const std::string& flag, const std::string& value
                          "' is not in the host list");
     }
     if (colon != std::string::npos) {
-      for (const std::string& s : split(part.substr(colon + 1), ',')) {
+      for (const std::string& s : env::split(part.substr(colon + 1), ',')) {
         const std::optional<int> slot = number(s, 0);
         if (!slot || std::find(it->slots.begin(), it->slots.end(), *slot) == it->slots.end()) {
           throw OptionsError("--" + flag + "='" + value + "': '" + s + "' is not a slot of '" +
@@ -128,7 +118,7 @@ std::vector<HostSlots> parse_hostfile(const std::string& text, const std::string
 
 std::vector<HostSlots> parse_host_list(const std::string& list) {
   std::vector<HostSlots> hosts;
-  for (const std::string& entry : split(list, ',')) {
+  for (const std::string& entry : env::split(list, ',')) {
     const std::size_t colon = entry.find(':');
     int slots = 1;
     if (colon != std::string::npos) {

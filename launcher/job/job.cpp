@@ -329,14 +329,7 @@ bool shown_on_console(const LaunchOptions& options, const PlannedWorker& spec) {
 std::vector<int> machine_gpu_ids(const LaunchOptions& options, const env::EnvMap& caller_env) {
   const auto visible = env::lookup(caller_env, "CUDA_VISIBLE_DEVICES");
   if (!visible) return options.selected_gpus;
-  std::vector<std::string> listed;
-  std::size_t start = 0;
-  while (start <= visible->size()) {
-    const std::size_t comma = visible->find(',', start);
-    listed.push_back(visible->substr(start, comma == std::string::npos ? comma : comma - start));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
+  const std::vector<std::string> listed = env::split(*visible, ',');
   std::vector<int> ids;
   for (int position : options.selected_gpus) {
     if (position < 0 || position >= static_cast<int>(listed.size())) continue;

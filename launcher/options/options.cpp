@@ -7,6 +7,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "env/text.h"
 #include "launcher/options/command_line.h"
 #include "launcher/options/flags.h"
 #include "launcher/options/values.h"
@@ -204,22 +205,10 @@ struct PsFlags {
 // The first port of the fleet launcher's default endpoints (--workers given as hosts alone).
 constexpr int kFleetStartPort = 6170;
 
-// `text` split at `sep` (empty parts kept, so that they are reported).
-std::vector<std::string> split_on(const std::string& text, char sep) {
-  std::vector<std::string> parts;
-  std::size_t start = 0;
-  while (true) {
-    const std::size_t at = text.find(sep, start);
-    parts.push_back(text.substr(start, at == std::string::npos ? at : at - start));
-    if (at == std::string::npos) return parts;
-    start = at + 1;
-  }
-}
-
 // --workers as the fleet launcher reads it: when an entry has no port, every entry is its host
 // with the ports 6170+S, 6170+S+1, ... (S servers), as Paddle numbers them.
 std::vector<env::Endpoint> parse_workers(const std::string& value, int servers) {
-  const std::vector<std::string> entries = split_on(value, ',');
+  const std::vector<std::string> entries = env::split(value, ',');
   const bool hosts_only = std::any_of(entries.begin(), entries.end(), [](const std::string& e) {
     return !e.empty() && e.find(':') == std::string::npos;
   });
@@ -666,7 +655,7 @@ void parse_heter(const GivenFlags& r, const PsFlags& ps, LaunchOptions& o) {
   }
   if (lists) {
     const std::string v = r.value("heter_workers");
-    for (const std::string& part : split_on(v, ';')) {
+    for (const std::string& part : env::split(v, ';')) {
       LaunchOptions::HeterStage stage;
       stage.endpoints = parse_ps_endpoints("heter_workers", part);
       stage.count = static_cast<int>(stage.endpoints.size());
@@ -675,7 +664,7 @@ void parse_heter(const GivenFlags& r, const PsFlags& ps, LaunchOptions& o) {
   }
   if (counts) {
     const std::string v = r.value("heter_worker_num");
-    const std::vector<std::string> parts = split_on(v, ';');
+    const std::vector<std::string> parts = env::split(v, ';');
     if (lists && parts.size() != o.heter.size()) {
       bad_value("heter_worker_num", v,
                 std::to_string(parts.size()) + " stage(s), but --heter_workers lists " +
@@ -693,7 +682,7 @@ void parse_heter(const GivenFlags& r, const PsFlags& ps, LaunchOptions& o) {
   }
   if (r.has("heter_devices")) {
     const std::string v = r.value("heter_devices");
-    const std::vector<std::string> devices = split_on(v, ';');
+    const std::vector<std::string> devices = env::split(v, ';');
     if (devices.size() != o.heter.size()) {
       bad_value("heter_devices", v,
                 "one device per heter stage: " + std::to_string(o.heter.size()) + " stage(s)");

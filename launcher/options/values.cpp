@@ -8,6 +8,7 @@
 #include <set>
 
 #include "env/host.h"
+#include "env/text.h"
 
 namespace ddl::launcher {
 
@@ -21,17 +22,7 @@ bool is_boolean_word(std::string v) {
   throw BadValueError(flag, value, expected);
 }
 
-std::vector<std::string> split_commas(const std::string& text) {
-  std::vector<std::string> parts;
-  std::size_t start = 0;
-  while (true) {
-    std::size_t pos = text.find(',', start);
-    parts.push_back(text.substr(start, pos == std::string::npos ? pos : pos - start));
-    if (pos == std::string::npos) break;
-    start = pos + 1;
-  }
-  return parts;
-}
+std::vector<std::string> split_commas(const std::string& text) { return env::split(text, ','); }
 
 int parse_int_flag(const std::string& flag, const std::string& value, int min, int max) {
   int v = 0;

@@ -1,5 +1,5 @@
-// env/text.h: join, seconds_text and substitute_template, as the messages, --print_config and
-// the console prefixes write them.
+// env/text.h: join, split, seconds_text and substitute_template, as the messages, --print_config
+// and the console prefixes write them.
 #include "env/text.h"
 
 #include <gtest/gtest.h>
@@ -29,6 +29,12 @@ TEST(Text, SecondsAsAUserTypesThem) {
   EXPECT_EQ(seconds_text(milliseconds(300'000)), "300");
   EXPECT_EQ(seconds_text(milliseconds(1)), "0.001");
   EXPECT_EQ(seconds_text(milliseconds(0)), "0");
+}
+
+TEST(Text, SplitKeepsEmptyParts) {
+  EXPECT_EQ(split("a,,b", ','), (std::vector<std::string>{"a", "", "b"}));
+  EXPECT_EQ(split("", ','), (std::vector<std::string>{""}));
+  EXPECT_EQ(split("h1@h2:0,1", '@'), (std::vector<std::string>{"h1", "h2:0,1"}));
 }
 
 TEST(Text, TemplatesAreSubstitutedAsPythonsSafeSubstitute) {
