@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "env/host.h"
+#include "env/text.h"
 
 extern char** environ;
 
@@ -19,18 +20,6 @@ std::string quote(std::string_view v) { return "'" + std::string(v) + "'"; }
   std::ostringstream os;
   os << what << "=" << quote(value) << ": " << expected;
   throw EnvError(os.str());
-}
-
-std::vector<std::string_view> split(std::string_view text, char sep) {
-  std::vector<std::string_view> parts;
-  std::size_t start = 0;
-  while (true) {
-    std::size_t pos = text.find(sep, start);
-    parts.push_back(text.substr(start, pos == std::string_view::npos ? pos : pos - start));
-    if (pos == std::string_view::npos) break;
-    start = pos + 1;
-  }
-  return parts;
 }
 
 }  // namespace
@@ -390,16 +379,13 @@ void virtualize_local_rank(const WorkerContract& c, const std::optional<std::str
   const int index = c.gpu.value_or(c.local_rank);
   std::string device = std::to_string(index);
   if (parent_visible) {
-    const std::vector<std::string_view> listed = split(*parent_visible, ',');
+    const std::vector<std::string> listed = split(*parent_visible, ',');
     if (index >= static_cast<int>(listed.size())) {
       throw EnvError(std::string(c.gpu ? "GPU " : "local rank ") + std::to_string(index) +
                      " has no entry in CUDA_VISIBLE_DEVICES=" + quote(*parent_visible) +
                      " (--virtual_local_rank)");
     }
-    std::string_view entry = listed[static_cast<std::size_t>(index)];
-    while (!entry.empty() && entry.front() == ' ') entry.remove_prefix(1);
-    while (!entry.empty() && entry.back() == ' ') entry.remove_suffix(1);
-    device = std::string(entry);
+    device = std::string(trim(listed[static_cast<std::size_t>(index)]));
   }
   env[kLocalRank] = "0";
   env["CUDA_VISIBLE_DEVICES"] = device;

@@ -34,6 +34,10 @@ std::string read_regular_file(const std::string& path, std::size_t max_bytes, st
 // "1 MiB", "64 KiB", "1000 bytes": a size cap as messages and docs state it.
 std::string size_text(std::size_t bytes);
 
+// Writes all of `data` to `fd`, retrying short writes and EINTR; false on error (EPIPE when the
+// reader went away, ENOSPC on a full disk, ...).
+bool write_all(int fd, const char* data, std::size_t size);
+
 // An id (a job id from --job_id, PADDLE_JOB_ID, DDL_JOB_ID, ...) as one file name component,
 // the id itself unchanged elsewhere (store and etcd keys keep it whole): every character outside
 // [A-Za-z0-9._-] becomes '_', and a leading '.' becomes '_', so the result never contains '/',

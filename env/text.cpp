@@ -23,6 +23,16 @@ std::string join(const std::vector<int>& items, std::string_view separator) {
   return out;
 }
 
+std::string_view trim(std::string_view text) {
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) {
+    text.remove_prefix(1);
+  }
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) {
+    text.remove_suffix(1);
+  }
+  return text;
+}
+
 std::vector<std::string> split(std::string_view text, char sep) {
   std::vector<std::string> parts;
   std::size_t start = 0;

@@ -15,6 +15,9 @@ std::string join(const std::vector<std::string>& items, std::string_view separat
 // The same for integers in decimal: join({0, 2}, ",") == "0,2".
 std::string join(const std::vector<int>& items, std::string_view separator);
 
+// `text` without the white space (std::isspace) at either end.
+std::string_view trim(std::string_view text);
+
 // `text` cut at every `sep`, empty parts kept (so that they can be reported): split("a,,b", ',')
 // == {"a", "", "b"}; split("", ',') == {""}.
 std::vector<std::string> split(std::string_view text, char sep);

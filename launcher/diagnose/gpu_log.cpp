@@ -29,14 +29,8 @@ constexpr const char* kUtilHeader =
 constexpr const char* kUtilFields =
     "index,utilization.gpu,memory.total,memory.used,memory.free,timestamp";
 
-void write_text(int fd, const std::string& text) {
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n <= 0) return;  // a full disk loses GPU samples, never the job
-    done += static_cast<std::size_t>(n);
-  }
-}
+// A full disk loses GPU samples, never the job.
+void write_text(int fd, const std::string& text) { env::write_all(fd, text.data(), text.size()); }
 
 }  // namespace
 

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <memory>
 
+#include "env/text.h"
+
 namespace ddl::launcher {
 
 namespace {
@@ -17,12 +19,6 @@ constexpr std::string_view kOperator = "operator";
 
 bool starts_with(std::string_view s, std::string_view prefix) {
   return s.substr(0, prefix.size()) == prefix;
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return s;
 }
 
 std::vector<std::string_view> split_lines(std::string_view text) {
@@ -138,12 +134,12 @@ std::string_view gdb_function_part(std::string_view rest) {
 
 // A frame line ("#12  0x00007f... name"): true, with the text after the frame number in `body`.
 bool frame_body(std::string_view line, std::string_view* body) {
-  line = trim(line);
+  line = env::trim(line);
   if (!starts_with(line, "#")) return false;
   std::size_t i = 1;
   while (i < line.size() && std::isdigit(static_cast<unsigned char>(line[i]))) ++i;
   if (i == 1 || (i < line.size() && line[i] != ' ')) return false;
-  *body = trim(line.substr(i));
+  *body = env::trim(line.substr(i));
   return true;
 }
 
@@ -152,14 +148,14 @@ bool strip_address(std::string_view* s) {
   if (!starts_with(*s, "0x")) return false;
   std::size_t i = 2;
   while (i < s->size() && std::isxdigit(static_cast<unsigned char>((*s)[i]))) ++i;
-  *s = trim(s->substr(i));
+  *s = env::trim(s->substr(i));
   return true;
 }
 
 }  // namespace
 
 std::string short_function_name(std::string_view signature) {
-  std::string text(trim(signature));
+  std::string text(env::trim(signature));
   const std::size_t at = text.find('@');  // symbol version ("@@GLIBC_2.34") or "@plt"
   if (at != std::string::npos && at > 0) text.erase(at);
   if (starts_with(text, "_Z")) text = demangle(text);
@@ -230,7 +226,7 @@ std::vector<ThreadStack> parse_eu_stack(std::string_view text) {
 std::vector<ThreadStack> parse_gdb(std::string_view text) {
   std::vector<ThreadStack> threads;
   for (std::string_view line : split_lines(text)) {
-    const std::string_view trimmed = trim(line);
+    const std::string_view trimmed = env::trim(line);
     if (starts_with(trimmed, "Thread ") && trimmed.size() > 2 &&
         trimmed.substr(trimmed.size() - 2) == "):") {
       ThreadStack t;
@@ -268,7 +264,7 @@ std::vector<ThreadStack> parse_py_spy(std::string_view text) {
     if (threads.empty() || !starts_with(line, "    ") || line.size() < 5 || line[4] == ' ') {
       continue;
     }
-    const std::string_view frame = trim(line);
+    const std::string_view frame = env::trim(line);
     if (!frame.empty()) threads.back().frames.emplace_back(frame);
   }
   return threads;

@@ -94,16 +94,6 @@ void close_fd(int& fd) {
   fd = -1;
 }
 
-void write_all(int fd, const std::string& text) {
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    done += static_cast<std::size_t>(n);
-  }
-}
-
 void start(Node& node, const std::vector<std::string>& argv, const env::EnvMap& env) {
   int in[2], out[2], err[2];
   if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
@@ -338,7 +328,7 @@ int run_fanout(const FanoutJob& job) {
     ssh_argv.push_back(node.host);
     ssh_argv.push_back(remote_command(job.cwd, argv));
     start(node, ssh_argv, job.caller_env);
-    write_all(node.in, variables);
+    env::write_all(node.in, variables.data(), variables.size());
   }
   spdlog::info(
       "{} node(s) started from this terminal: {} (node 0 here, the others over ssh); "
@@ -372,7 +362,8 @@ int run_fanout(const FanoutJob& job) {
         continue;
       }
       if (is_err && !line.empty()) n.last_err_line = line;
-      write_all(is_err ? STDERR_FILENO : STDOUT_FILENO, n.host + ": " + line + "\n");
+      const std::string shown = n.host + ": " + line + "\n";
+      env::write_all(is_err ? STDERR_FILENO : STDOUT_FILENO, shown.data(), shown.size());
     }
   };
 

@@ -13,13 +13,6 @@
 namespace ddl::launcher::fanout {
 namespace {
 
-std::string trim(const std::string& s) {
-  std::size_t b = 0, e = s.size();
-  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
-  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
-  return s.substr(b, e - b);
-}
-
 // A count or index of digits only, in [min, 100000]; nullopt otherwise.
 std::optional<int> number(const std::string& text, int min) {
   if (text.empty() || text.size() > 6 ||
@@ -95,7 +88,7 @@ std::vector<HostSlots> parse_hostfile(const std::string& text, const std::string
   std::istringstream lines(text);
   std::string raw;
   for (int number_of_line = 1; std::getline(lines, raw); ++number_of_line) {
-    const std::string line = trim(raw.substr(0, raw.find('#')));
+    const std::string line = std::string(env::trim(raw.substr(0, raw.find('#'))));
     if (line.empty()) continue;
     const std::string where = file + " line " + std::to_string(number_of_line);
     std::istringstream words(line);
@@ -106,11 +99,13 @@ std::vector<HostSlots> parse_hostfile(const std::string& text, const std::string
       const std::optional<int> n =
           slots_word.rfind("slots=", 0) == 0 ? number(slots_word.substr(6), 1) : std::nullopt;
       if (!n || !extra.empty()) {
-        throw OptionsError(where + ": '" + trim(raw) + "': expected 'HOST slots=N' (N >= 1)");
+        throw OptionsError(where + ": '" + std::string(env::trim(raw)) +
+                           "': expected 'HOST slots=N' (N >= 1)");
       }
       slots = *n;
     }
-    add_unique(hosts, with_slots(checked_host(host, where, trim(raw)), slots), where);
+    add_unique(hosts, with_slots(checked_host(host, where, std::string(env::trim(raw))), slots),
+               where);
   }
   if (hosts.empty()) throw OptionsError(file + ": no host in it");
   return hosts;

@@ -15,19 +15,6 @@
 
 namespace ddl::launcher {
 
-bool write_all(int fd, const char* data, std::size_t size) {
-  while (size > 0) {
-    ssize_t n = ::write(fd, data, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    data += n;
-    size -= static_cast<std::size_t>(n);
-  }
-  return true;
-}
-
 Console::Console(int fd) : fd_(fd) {}
 
 void Console::write(const std::string& text) {

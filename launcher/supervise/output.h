@@ -16,6 +16,7 @@
 #include <string>
 #include <utility>
 
+#include "env/file.h"
 #include "launcher/supervise/worker.h"
 
 namespace ddl::launcher {
@@ -26,9 +27,8 @@ inline constexpr int kSummaryTailLines = 10;
 // A line longer than this without a newline is emitted as it stands.
 inline constexpr std::size_t kMaxLineBytes = 64 * 1024;
 
-// Writes all of `data` to `fd`, retrying short writes and EINTR; false on error (e.g. EPIPE when
-// the console went away).
-bool write_all(int fd, const char* data, std::size_t size);
+// Writing all of a buffer to a descriptor is env::write_all (env/file.h).
+using env::write_all;
 
 // The launcher's console (a file descriptor, its stdout), shared by the outputs of one job. After
 // the first failed write (the console went away) nothing more is written to it. Not thread-safe.
