@@ -32,11 +32,15 @@ BUNDLE="${WORK}/gpu-bundle.tar.gz" BUILD_DIR="${WORK}/build" TORCH_PREFIX="${tor
 
 grep -q '^status: dry run passed' "${WORK}/out/gpu_summary.txt" ||
   fail "no 'dry run passed' status in \$OUT/gpu_summary.txt"
-"${WORK}/build/bin/launch" --version | grep -q '^ddlaunch ' || fail "the built launch does not run"
+# Each program's output is read whole before it is matched: `cmd | grep -q` under pipefail fails
+# when grep stops reading first and the program dies of SIGPIPE.
+version="$("${WORK}/build/bin/launch" --version)" || fail "the built launch does not run"
+[[ "${version}" == ddlaunch\ * ]] || fail "the built launch does not run: ${version}"
 # shellcheck source=/dev/null
 source "${WORK}/build/gpu-run/env.sh"
 probe="$("${WORK}/build/bin/gpu_bundle_probe" --name dry-run)" || fail "gpu_bundle_probe failed: ${probe}"
 [[ "${probe}" == *'"ok":true'* ]] || fail "gpu_bundle_probe printed ${probe}"
-ldd "${WORK}/build/bin/gpu_bundle_probe" | grep -q "libgloo.so.0 => ${WORK}/build/gpu-run/gpu-bundle/usr/lib/" ||
-  fail "gpu_bundle_probe does not load libgloo from the bundle: $(ldd "${WORK}/build/bin/gpu_bundle_probe" | grep gloo)"
+libraries="$(ldd "${WORK}/build/bin/gpu_bundle_probe")"
+[[ "${libraries}" == *"libgloo.so.0 => ${WORK}/build/gpu-run/gpu-bundle/usr/lib/"* ]] ||
+  fail "gpu_bundle_probe does not load libgloo from the bundle: $(grep gloo <<<"${libraries}")"
 echo "gpu_dry_run: PASS (${probe})"
