@@ -181,6 +181,10 @@ void FramedClient::Impl::connect_with_retry(Clock::time_point deadline) {
                               std::to_string(options_.connect_timeout.count()) + " ms: " + reason);
     };
     if (now >= deadline) throw unreachable();
+    if (options_.between_attempts && options_.between_attempts()) {
+      throw UnreachableError(prefix() + "stopped waiting for " + options_.server_name + " at " +
+                             where_ + ": " + reason);
+    }
     if (!last_log || now - *last_log >= kConnectLogInterval) {
       const auto left = std::chrono::ceil<std::chrono::seconds>(deadline - now);
       spdlog::info("rank {}: {} at {} not ready yet, retrying ({}s left)", options_.rank,

@@ -31,6 +31,10 @@ struct ClientOptions {
   // Deadline for the first connection (server not up yet): retries with backoff up to
   // kMaxConnectBackoff, logging at most every kConnectLogInterval which endpoint is not ready.
   std::chrono::milliseconds connect_timeout{300'000};
+  // Set: called after each failed connect attempt, before the pause; true stops retrying (the
+  // constructor throws UnreachableError at once). A launcher uses it to host a store nobody
+  // hosts yet (launcher/coord/tcp_control_store.cpp).
+  std::function<bool()> between_attempts;
   // Deadline for the handshake reply and for every reply beyond the request's own wait.
   std::chrono::milliseconds io_timeout{60'000};
 };

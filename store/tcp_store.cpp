@@ -34,6 +34,7 @@ net::ClientOptions client_options(const TcpStoreOptions& o) {
   c.rank = o.rank;
   c.world_size = o.world_size;
   c.connect_timeout = o.connect_timeout;
+  c.between_attempts = o.between_attempts;
   c.io_timeout = o.io_timeout;
   return c;
 }

@@ -34,6 +34,9 @@ struct TcpStoreOptions {
   // Deadline for the first connection (server not up yet): retries with bounded backoff, logging
   // at most every 5 s which endpoint is not ready. Default 300 s.
   std::chrono::milliseconds connect_timeout{300'000};
+  // Client, set: called after each failed connect attempt; true stops waiting (StoreUnreachable
+  // at once). See net::ClientOptions::between_attempts.
+  std::function<bool()> between_attempts;
   // Deadline for the handshake reply and for every reply beyond the request's own timeout (a
   // get or wait of T ms may take T + io_timeout): a store that stops answering is a StoreError,
   // never a hang. Default 60 s.

@@ -1,7 +1,11 @@
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <chrono>
+
 #include "launcher/coord/control_store.h"
 #include "launcher/coord/munge_auth.h"
+#include "net/ports.h"
 #include "store/tcp_store.h"
 
 namespace ddl::launcher {
@@ -11,6 +15,16 @@ using std::chrono::milliseconds;
 
 Bytes bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
 std::string text(const Bytes& b) { return std::string(b.begin(), b.end()); }
+
+// Whether `host` is an address of this machine (a socket binds there).
+bool address_is_here(const std::string& host) {
+  try {
+    net::pick_free_ports(host, 1);
+    return true;
+  } catch (const net::PortError&) {
+    return false;
+  }
+}
 
 std::string entry_key(const std::string& roster, RosterCursor ticket) {
   return roster + "/" + std::to_string(ticket);
@@ -163,8 +177,12 @@ class TcpControlStore final : public ControlStore {
 
 std::unique_ptr<ControlStore> make_tcp_control_store(ControlOptions& options) {
   const std::string where = options.endpoint.str() + " (node 0's launcher)";
+  // No node rank given: node 0 is the launcher that hosts the store at that address first.
+  const bool elected = options.node_rank == kAutoNodeRank;
+  const auto deadline = std::chrono::steady_clock::now() + options.rendezvous_timeout;
   std::shared_ptr<TcpStoreServer> server;
-  if (options.node_rank == kAutoNodeRank) {
+  std::string not_hosted;  // why this launcher could not host it, for the final error
+  const auto try_to_host = [&] {
     try {
       options.node_rank = 0;
       server = std::make_shared<TcpStoreServer>(store_options(options, options.rendezvous_timeout));
@@ -172,12 +190,18 @@ std::unique_ptr<ControlStore> make_tcp_control_store(ControlOptions& options) {
           "node rank 0: this launcher hosts the control store on {} (first at that "
           "address)",
           options.endpoint.str());
+      return true;
     } catch (const StoreError& e) {
       // Not this machine's address, or another launcher here was first.
       options.node_rank = kAutoNodeRank;
-      spdlog::debug("not hosting the control store ({}): node 0 is elsewhere", e.what());
+      if (not_hosted.empty()) {
+        spdlog::debug("not hosting the control store ({}): node 0 is elsewhere", e.what());
+      }
+      not_hosted = e.what();
+      return false;
     }
-  }
+  };
+  if (elected) try_to_host();
   const std::string node = options.node_rank == kAutoNodeRank
                                ? std::string("this node (no node rank given)")
                                : "node " + std::to_string(options.node_rank);
@@ -187,11 +211,30 @@ std::unique_ptr<ControlStore> make_tcp_control_store(ControlOptions& options) {
       spdlog::info("node 0: hosting the control store of {} node(s) on {}", options.nnodes,
                    options.endpoint.str());
     }
-    auto store = std::make_unique<TcpStore>(store_options(options, options.rendezvous_timeout));
+    TcpStoreOptions client = store_options(options, options.rendezvous_timeout);
+    // While nobody answers at the address, an elected launcher tries again to host the store
+    // there: whatever held the port when it first tried (a socket of another program, a launcher
+    // that gave up) may be gone, and otherwise every launcher of the job would wait for nobody.
+    if (elected && !server) client.between_attempts = try_to_host;
+    std::unique_ptr<TcpStore> store;
+    try {
+      store = std::make_unique<TcpStore>(client);
+    } catch (const StoreUnreachable&) {
+      if (!server) throw;
+      const auto left =
+          std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
+      store =
+          std::make_unique<TcpStore>(store_options(options, std::max(left, milliseconds(1'000))));
+    }
     return std::make_unique<TcpControlStore>(options, std::move(server), std::move(store));
   } catch (const StoreUnreachable& e) {
-    if (options.node_rank != 0) throw no_node_zero(node, where, options.rendezvous_timeout, e);
-    throw ControlError("node 0: control store at " + where + ": " + e.what());
+    if (options.node_rank == 0) {
+      throw ControlError("node 0: control store at " + where + ": " + e.what());
+    }
+    ControlError error = no_node_zero(node, where, options.rendezvous_timeout, e);
+    if (not_hosted.empty() || !address_is_here(options.endpoint.host)) throw error;
+    throw ControlError(std::string(error.what()) +
+                       " This launcher could not host the store there either: " + not_hosted);
   } catch (const StoreError& e) {
     throw ControlError(node + ": control store at " + where + ": " + e.what());
   }

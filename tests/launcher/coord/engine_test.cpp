@@ -7,6 +7,9 @@
 #include "launcher/coord/engine.h"
 
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -816,6 +819,55 @@ TEST(TcpStoreEngine, TheFirstLauncherAtTheAddressHostsTheStoreAsNodeZero) {
   EXPECT_EQ(second->node_rank(), 1);
   second->abandon();
   first->abandon();
+}
+
+// A socket that holds the port without listening (another program's, briefly) makes the first
+// try to host fail; nobody answers there either, so the launcher tries again while it waits and
+// hosts the store once the port is free, instead of waiting for a node 0 that never comes.
+TEST(TcpStoreEngine, AnElectedLauncherHostsOnceABusyPortIsFreed) {
+  const std::uint16_t port = ddl::testing::free_port_block_above_ephemeral();
+  const int holder = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(holder, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(holder, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);  // not listening
+  auto release = std::async(std::launch::async, [holder] {
+    std::this_thread::sleep_for(milliseconds(500));
+    ::close(holder);
+  });
+  std::unique_ptr<Control> first = make_control(tcp_options(port, kAutoNodeRank, 2));
+  EXPECT_EQ(first->node_rank(), 0);
+  std::unique_ptr<Control> second = make_control(tcp_options(port, kAutoNodeRank, 2));
+  EXPECT_EQ(second->node_rank(), 1);
+  release.get();
+  second->abandon();
+  first->abandon();
+}
+
+// The port stays held: the error says why this launcher did not host the store itself.
+TEST(TcpStoreEngine, AnElectedLauncherThatCannotHostSaysWhy) {
+  const std::uint16_t port = ddl::testing::free_port_block_above_ephemeral();
+  const int holder = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(holder, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(holder, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  auto options = tcp_options(port, kAutoNodeRank, 2);
+  options.rendezvous_timeout = milliseconds(600);
+  try {
+    make_control(options);
+    FAIL() << "a launcher joined a job nobody hosts";
+  } catch (const ControlError& e) {
+    EXPECT_TRUE(has(e.what(), "no control store answered at 127.0.0.1:" + std::to_string(port)))
+        << e.what();
+    EXPECT_TRUE(has(e.what(), "This launcher could not host the store there either")) << e.what();
+    EXPECT_TRUE(has(e.what(), "Address already in use")) << e.what();
+  }
+  ::close(holder);
 }
 
 TEST(TcpStoreEngine, LosingNodeZeroStopsTheOthers) {
