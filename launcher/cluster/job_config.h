@@ -72,6 +72,10 @@ struct JobConfig {
   // first server's host at gloo_port, PADDLE_GLOO_FS_PATH a fresh path per job and node.
   int with_gloo = 1;     // --with_gloo
   int gloo_port = 6767;  // --gloo_port / --http_port
+  // Paddle's fleet elastic mode (launcher/options/fleet_elastic.h): trainers also get
+  // PADDLE_TRAINERS (the members' hosts, node order) and DISTRIBUTED_TRAINER_ENDPOINTS (every
+  // trainer's endpoint), as its manager exports them before each start.
+  bool paddle_elastic = false;
   // --rank_mapping_file: set, the nodes and each node's ranks come from it (plan.h);
   // cluster_node_ips are then its hosts.
   std::optional<RankMapping> rank_mapping;

@@ -8,6 +8,8 @@
 #include <sstream>
 
 #include "env/file.h"
+#include "env/scheduler.h"
+#include "env/text.h"
 
 namespace ddl::launcher {
 namespace {
@@ -147,6 +149,18 @@ PlannedWorker make_spec(env::WorkerContract c, const JobConfig& config, const Pl
     if (config.distri_backend) w.env[env::kPaddleDistriBackend] = *config.distri_backend;
   }
   if (config.ps_job()) add_gloo_rendezvous(config, inputs, plan, w.env);
+  if (config.paddle_elastic && w.contract.role == env::Role::kTrainer) {
+    // As Paddle's elastic manager exports them before each start: the nodes' hosts in node
+    // order, and every trainer's endpoint.
+    const env::WorkerContract& k = w.contract;
+    const int per_node = k.world_size / std::max(k.nnodes, 1);
+    std::vector<std::string> hosts;
+    for (int n = 0; n < k.nnodes; ++n) {
+      hosts.push_back(k.endpoints[static_cast<std::size_t>(n * per_node)].host);
+    }
+    w.env[env::kPaddleTrainers] = env::join(hosts, ",");
+    w.env[env::kDistributedTrainerEndpoints] = env::join_endpoints(k.endpoints);
+  }
   // As torchrun runs scripts with -u: output arrives line by line (the hang guard and the
   // console see it), also from a Python program started by the worker.
   if (!env::lookup(inputs.caller_env, env::kPythonUnbuffered)) w.env[env::kPythonUnbuffered] = "1";

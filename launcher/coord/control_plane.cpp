@@ -64,7 +64,7 @@ std::optional<std::vector<int>> ready_members(
     for (int n : missing) {
       if (c.lost.count(n)) gone.insert(n);
     }
-    if (!gone.empty()) {
+    if (!gone.empty() && !options.wait_for_replacement) {
       throw ControlError("node(s) " + node_list(gone) + " of " + std::to_string(options.nnodes) +
                          " were lost" + lost_how + "; a job with a fixed --nnodes cannot start " +
                          what + " without them (--nnodes=MIN:MAX lets it go on with fewer)");

@@ -67,10 +67,20 @@ struct ControlOptions {
   bool order_by_address = false;
   // --straggler, --straggler_ratio: the decider names (and, evict, sends away) a slow node.
   PaceOptions pace;
+  // A fixed count (not elastic) whose lost node is waited for, until --rendezvous_timeout, for
+  // a launcher that takes its place (Paddle's fault-tolerance level: its platform starts the
+  // pod again) instead of failing the job.
+  bool wait_for_replacement = false;
+  // Paddle's fleet elastic mode: while the nodes gather, every 2 s (its pace), the line its
+  // elastic manager prints, "not ready for np N with hosts ['HOST:PORT', ...]".
+  bool paddle_elastic = false;
 
   bool etcd() const { return !etcd_endpoints.empty(); }
   // Elastic: fewer than nnodes nodes may form a generation.
   bool elastic() const { return min_nnodes > 0 && min_nnodes < nnodes; }
+  // A lost node ends only its generation: the job goes on without it (elastic) or with a
+  // launcher that takes its place.
+  bool survives_lost_nodes() const { return elastic() || wait_for_replacement; }
   // The fewest nodes a generation starts with.
   int min_nodes() const { return elastic() ? min_nnodes : nnodes; }
 };

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "env/exit_codes.h"
+#include "env/text.h"
 #include "launcher/health/preflight.h"
 #include "net/auth.h"
 
@@ -20,6 +21,8 @@ using std::chrono::milliseconds;
 constexpr std::size_t kMacHex = 2 * net::kDigestBytes;
 constexpr const char* kUnsigned = "-";
 constexpr int kAttempts = 100;
+// How often Paddle's elastic manager says that it waits for hosts.
+constexpr std::chrono::seconds kPaddleLine{2};
 
 std::string gen(const std::string& family, int generation) {
   return family + "/" + std::to_string(generation);
@@ -420,6 +423,7 @@ Control::Agreement ControlEngine::rendezvous(const JobDescription& mine,
     // Node 0's presentation is the reference: every node compares with it, node 0 with every
     // node (here with a fixed count; elastic as they join a generation).
     std::set<int> pending;
+    std::optional<Clock::time_point> said_not_ready;
     if (me == 0 && !options_.elastic()) {
       for (int n = 1; n < options_.nnodes; ++n) pending.insert(n);
     }
@@ -440,6 +444,10 @@ Control::Agreement ControlEngine::rendezvous(const JobDescription& mine,
       if (reference_ && pending.empty()) break;
       const auto now = Clock::now();
       if (now >= deadline) throw missing(reference_ ? pending : std::set<int>{0});
+      if (options_.paddle_elastic && (!said_not_ready || now - *said_not_ready >= kPaddleLine)) {
+        said_not_ready = now;
+        say_not_ready(false);
+      }
       store_->wait(
           name("described"), decision_->described_at,
           std::min(kControlPollInterval, std::chrono::duration_cast<milliseconds>(deadline - now)));
@@ -630,6 +638,19 @@ std::optional<std::vector<int>> ControlEngine::decide(int generation, Clock::tim
                        "");
 }
 
+void ControlEngine::say_not_ready(bool joined) {
+  read_presentations();
+  std::vector<std::string> hosts;
+  for (const auto& [n, p] : decision_->presented) {
+    if (joined) {
+      const std::string* launcher = decision_->roll.launcher(n);
+      if (!decision_->joined.count(n) || launcher == nullptr || p.launcher != *launcher) continue;
+    }
+    hosts.push_back("'" + p.endpoints.front().str() + "'");
+  }
+  spdlog::info("not ready for np {} with hosts [{}]", options_.nnodes, env::join(hosts, ", "));
+}
+
 bool ControlEngine::is_member(const Members& m) const {
   for (std::size_t i = 0; i < m.nodes.size(); ++i) {
     if (m.nodes[i] != options_.node_rank) continue;
@@ -647,6 +668,7 @@ Membership ControlEngine::join_generation(Generation requested) {
     append(*store_, gen("join", generation), "");
     bool waiting = false;
     std::optional<Clock::time_point> last_call;
+    std::optional<Clock::time_point> said_not_ready;
     Members members;
     while (true) {
       const std::string what = "generation " + std::to_string(generation);
@@ -658,7 +680,7 @@ Membership ControlEngine::join_generation(Generation requested) {
           members = std::move(m);
           break;
         }
-        if (!options_.elastic() || !requested.first()) {
+        if (!options_.survives_lost_nodes() || !requested.first()) {
           throw ControlError("the other nodes formed " + what + " without this node (node " +
                              std::to_string(me) + "): it was taken for lost");
         }
@@ -699,6 +721,10 @@ Membership ControlEngine::join_generation(Generation requested) {
         throw ControlError("the nodes did not form " + what + " within the rendezvous deadline (" +
                            seconds_text(options_.rendezvous_timeout) + " s, --rendezvous_timeout)");
       }
+      if (options_.paddle_elastic && (!said_not_ready || now - *said_not_ready >= kPaddleLine)) {
+        said_not_ready = now;
+        say_not_ready(true);
+      }
       // The decider is woken by the next node's arrival, the others by the decision (they look
       // again each heartbeat interval: a failure, the job's end, a decider lost).
       const bool deciding = decision_->deciding;
@@ -708,6 +734,11 @@ Membership ControlEngine::join_generation(Generation requested) {
                             std::chrono::duration_cast<milliseconds>(deadline - now)));
     }
     Membership m = membership_of(members, me, options_.equal_node_sizes, options_.order_by_address);
+    if (options_.paddle_elastic) {
+      std::vector<std::string> hosts;
+      for (const auto& eps : members.endpoints) hosts.push_back("'" + eps.front().str() + "'");
+      spdlog::info("ready with hosts [{}]", env::join(hosts, ", "));
+    }
     std::lock_guard<std::mutex> state(mutex_);
     current_generation_ = generation;
     current_members_ = members.nodes;
@@ -1128,8 +1159,9 @@ void ControlEngine::declare_lost(Watch& w, int node, int generation,
   ControlStore& store = *watch_store_;
   append(store, "lost", launcher);
   if (generation >= 0 && contains(members, node)) end_generation(store, generation, lost);
-  // A fixed-size job cannot go on without it; an elastic one forms the next generation.
-  if (!options_.elastic()) publish_failure(store, lost);
+  // A fixed-size job cannot go on without it; an elastic one forms the next generation, and one
+  // that waits for a replacement waits for it there.
+  if (!options_.survives_lost_nodes()) publish_failure(store, lost);
 }
 
 // --- leaving ------------------------------------------------------------------------------------

@@ -139,6 +139,10 @@ class ControlEngine final : public Control {
   // Reads what is new in "described" (at most `limit` entries), every node's presentation, into
   // the cache presentation_of() looks in; returns how many it read.
   std::size_t read_presentations(std::size_t limit = SIZE_MAX);
+  // Paddle's elastic manager's line while the nodes gather (ControlOptions::paddle_elastic):
+  // "not ready for np N with hosts ['HOST:PORT', ...]", each node's first endpoint, of the nodes
+  // that presented themselves (`joined`: that joined the generation being decided).
+  void say_not_ready(bool joined);
   std::optional<std::vector<int>> decide(
       int generation, std::chrono::steady_clock::time_point deadline,
       std::optional<std::chrono::steady_clock::time_point>& last_call);

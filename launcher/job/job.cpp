@@ -202,6 +202,18 @@ ControlOptions control_options_for(const LaunchOptions& options, const NodeTopol
   control_options.linger_timeout = options.kill_timeout + std::chrono::seconds(5);
   control_options.equal_node_sizes = !options.rank_mapping;
   control_options.order_by_address = options.sort_ip;
+  control_options.paddle_elastic = options.paddle_elastic;
+  // Paddle's fault-tolerance level: a lost node is waited for (its pod is started again).
+  control_options.wait_for_replacement = options.paddle_elastic && options.fleet_level == 1;
+  if (options.paddle_elastic) {
+    const std::string np =
+        topology.min_nnodes > 0 && topology.min_nnodes < topology.nnodes
+            ? std::to_string(topology.min_nnodes) + ":" + std::to_string(topology.nnodes)
+            : std::to_string(topology.nnodes);
+    spdlog::info("start job with np={}, ElasticLevel.{} (Paddle's elastic mode: job '{}' over {})",
+                 np, options.fleet_level == 2 ? "ELASTIC" : "FAULT_TOLERANCE",
+                 control_options.job_id, control_plane_where(topology));
+  }
   const Heartbeat heartbeat = heartbeat_for(topology.nnodes);
   control_options.heartbeat_interval = heartbeat.interval;
   control_options.heartbeat_timeout = heartbeat.timeout;

@@ -806,6 +806,34 @@ std::vector<FlagSpec> rendezvous() {
           .config(
               [](const LaunchOptions& o) { return std::optional(o.job_id.value_or("default")); })
           .done());
+  t.push_back(
+      Flag("elastic_server")
+          .value("HOST:PORT")
+          .group(FlagGroup::kNodes)
+          .also_in({Dialect::kFleetrun})
+          .variable("PADDLE_ELASTIC_SERVER")
+          .help("Paddle's elastic mode: the etcd server (with --job_id and --np) through which "
+                "the nodes gather")
+          .doc("the fleet launcher's elastic mode: the etcd server (`HOST:PORT`, also a list) "
+               "through which the nodes find each other, as launch's etcd control plane. On "
+               "when a job id (`--job_id`, `PADDLE_ELASTIC_JOB_ID`) and `--np` are given too; "
+               "Kubernetes' `PADDLE_ELASTIC_ETCD_SERVICE_HOST`/`_PORT` stand for it. See "
+               "[Multi-node jobs](multi-node.md), section *Paddle's elastic variables*.")
+          .done());
+  t.push_back(
+      Flag("np")
+          .value("N|MIN:MAX")
+          .group(FlagGroup::kNodes)
+          .also_in({Dialect::kFleetrun})
+          .variable("PADDLE_ELASTIC_NP")
+          .help("Paddle's elastic mode: the number of nodes, N (fault tolerance) or MIN:MAX "
+                "(elastic)")
+          .doc("the fleet launcher's elastic mode (with `--elastic_server` and a job id): the "
+               "number of nodes. `N` is a fixed count (Paddle's fault-tolerance level 1: a "
+               "failure restarts the job, a lost node is waited for); `MIN:MAX` an elastic job "
+               "(level 2), as `--nnodes=MIN:MAX`, waiting `PADDLE_ELASTIC_TIMEOUT` (default "
+               "120 s) for more than MIN nodes.")
+          .done());
   t.push_back(Flag("rendezvous_timeout")
                   .value("S")
                   .seconds(false)
@@ -1200,11 +1228,11 @@ std::vector<FlagSpec> compatibility() {
       "Ascend NPUs are not supported";
   t.push_back(Flag("xpus").value("0,1,...").refused(other_devices, Dialect::kPaddle2).done());
   t.push_back(Flag("npus").value("0,1,...").refused(other_devices, Dialect::kPaddle2).done());
-  t.push_back(Flag("elastic_server")
-                  .value("HOST:PORT")
-                  .refused("the fleet launcher's etcd elastic mode (with --np, --scale) is not "
-                           "supported; launch's elastic jobs are --nnodes=MIN:MAX with "
-                           "--max_restarts and DDL_JOB_SECRET (docs/multi-node.md)",
+  t.push_back(Flag("elastic_pre_hook")
+                  .value("CMD")
+                  .refused("the fleet launcher's shell command before each start of an elastic "
+                           "job is not run by launch; run it at the top of WORKER (each restart "
+                           "runs WORKER again)",
                            Dialect::kFleetrun)
                   .done());
   const std::string shared_log =

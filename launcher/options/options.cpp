@@ -10,6 +10,7 @@
 #include "env/text.h"
 #include "launcher/options/command_line.h"
 #include "launcher/options/flags.h"
+#include "launcher/options/fleet_elastic.h"
 #include "launcher/options/values.h"
 #include "logging/log.h"
 
@@ -539,12 +540,22 @@ void resolve_nodes(const PsFlags& ps, bool list_given, LaunchOptions& o) {
 // control store (torchrun's --nnodes/--node_rank/--master_addr, c10d's --rdzv_endpoint, Paddle
 // 2.x's --master); a rank mapping; Paddle's node list (--cluster_node_ips, or --node_ip alone);
 // else one node. Spellings of two of them together are refused.
-void decide_nodes(const GivenFlags& r, const PsFlags& ps, const MachineCounts& machine,
-                  LaunchOptions& o) {
+void decide_nodes(const GivenFlags& r, const env::EnvMap& env, const PsFlags& ps,
+                  const MachineCounts& machine, LaunchOptions& o) {
   const bool list_given = parse_node_addresses(r, o);
   if (list_given || o.node_ip_given) o.nodes = nodes::NodeList{list_given};
   parse_node_count(r, o);
   if (std::optional<nodes::Etcd> etcd = parse_node_zero(r, o)) o.nodes = std::move(*etcd);
+  if (std::optional<nodes::Etcd> fleet = parse_fleet_elastic(r, env, list_given, o)) {
+    if (ps.ps_job) {
+      throw OptionsError(fleet->spelling +
+                         ": Paddle's elastic mode runs collective jobs; a parameter-server job "
+                         "(--server_num/--servers) cannot be elastic");
+    }
+    o.nodes = std::move(*fleet);
+    resolve_nodes(ps, false, o);  // --ips placed this node; etcd gathers the nodes
+    return;
+  }
   parse_rank_mapping_flags(r, ps, machine, o);
   resolve_nodes(ps, list_given, o);
 }
@@ -973,9 +984,9 @@ LaunchOptions parse_command_line(const CommandLine& command_line, const env::Env
     o.log_dir = "log";  // Paddle 2.x and the fleet launcher write their logs to ./log by default
   }
   o.quiet = r.has("quiet");
-  decide_nodes(r, ps, machine, o);
+  decide_nodes(r, env, ps, machine, o);
   o.rdzv_id = r.name_value("rdzv_id");
-  o.job_id = r.name_value("job_id");
+  if (!o.job_id) o.job_id = r.name_value("job_id");  // unless the elastic mode set it
   if (auto role = r.name_value("role")) o.role = *role;
   if (ps.ps_job) resolve_ps_job(r, ps, nproc, o);
   if (ps.ps_job) parse_heter(r, ps, o);
@@ -1012,6 +1023,7 @@ LaunchOptions parse_command_line(const CommandLine& command_line, const env::Env
   parse_console(r, o);
   check_job_kind(r, ps.ps_job, o);
   parse_levels_and_timeouts(r, o);
+  apply_fleet_elastic_defaults(r, o);
   // Paddle 1.8 and the fleet launcher give CPU workers an empty FLAGS_selected_gpus (so do
   // launch's own defaults); Paddle 2.x and torchrun set none.
   o.empty_gpus_on_cpu = o.dialect == Dialect::kOurs || o.dialect == Dialect::kPaddle18 ||

@@ -189,6 +189,9 @@ struct LaunchOptions : JobConfig {
   bool enable_gpu_log = true;
   // --sort_ip (Paddle 2.x): a control-plane job's ranks follow its nodes' addresses.
   bool sort_ip = false;
+  // Paddle's fleet elastic mode (fleet_elastic.h; paddle_elastic, JobConfig's, is then true):
+  // its level, 1 fault tolerance (a fixed --np N), 2 elastic (--np MIN:MAX); 0 when off.
+  int fleet_level = 0;
   // --elastic_level (Paddle 2.x) as given: <= 0 a failure ends the job (max_restarts 0), >= 1
   // restarts (max_restarts defaults to Paddle's 3).
   std::optional<int> elastic_level;

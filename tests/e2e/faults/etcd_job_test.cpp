@@ -5,7 +5,9 @@
 // - an elastic job of 3 nodes survives SIGKILL of node 0's launcher: nodes 1 and 2 form the next
 //   generation and finish from the checkpoint (node 0 hosts nothing any more);
 // - SIGKILL of one etcd member in the middle of training does not disturb the job;
-// - etcd unreachable at start: one line naming every endpoint tried, within the deadline.
+// - etcd unreachable at start: one line naming every endpoint tried, within the deadline;
+// - Paddle's elastic variables (PADDLE_ELASTIC_SERVER, _JOB_ID, _NP): the nodes register and wait
+//   saying so, the workers see the host list, a lost node is replaced or left behind.
 #include <signal.h>
 
 #include <nlohmann/json.hpp>
@@ -108,6 +110,168 @@ TEST(EtcdJob, AnElasticJobSurvivesNodeZerosLauncherBeingKilled) {
   EXPECT_EQ(s0["resumed"], true);
   EXPECT_EQ(s0["global_step"], 120);
   EXPECT_EQ(summary_of(logs[2], 3)["param_checksum"], s0["param_checksum"]);
+  EXPECT_EQ(keys_under(etcd, "/ddl/"), 0u);
+}
+
+// Paddle's fleet elastic variables, as Paddle's operator gives them to its pods: no node flag,
+// the etcd server, a job id, a node count, each pod's POD_IP.
+ddl::env::EnvMap paddle_elastic_env(const ddl::testing::EtcdCluster& etcd, const std::string& job,
+                                    const std::string& np, int node) {
+  ddl::env::EnvMap env = job_env();
+  env["PADDLE_ELASTIC_SERVER"] = etcd.endpoints().front().str();
+  env["PADDLE_ELASTIC_JOB_ID"] = job;
+  env["PADDLE_ELASTIC_NP"] = np;
+  env["PADDLE_ELASTIC_TIMEOUT"] = "1";
+  env["POD_IP"] = node_ip(node);
+  return env;
+}
+
+std::vector<std::string> paddle_elastic_args(const fs::path& logs, int sleep_ms) {
+  return {"--nproc_per_node=1", "--log_dir",       logs.string(), "--print_config=false",
+          "--kill_timeout=5",   "hello_worker",    "--sleep_ms",  std::to_string(sleep_ms),
+          "--show_env",         "PADDLE_TRAINERS", "--show_env",  "DISTRIBUTED_TRAINER_ENDPOINTS"};
+}
+
+// Every worker log in `logs` (the fleet launcher names them by global rank), read together.
+std::string worker_logs(const fs::path& logs) {
+  std::string all;
+  if (!fs::exists(logs)) return all;
+  for (const auto& entry : fs::directory_iterator(logs)) {
+    if (entry.path().filename().string().rfind("workerlog.", 0) == 0) {
+      all += read_file(entry.path());
+    }
+  }
+  return all;
+}
+
+// A node count N: the first node waits, saying so as Paddle's elastic manager does, until the
+// second registers; the workers see the host list and every endpoint as Paddle exports them.
+TEST(PaddleElastic, NodesRegisterThroughEtcdAndTheWorkersSeeTheHostList) {
+  ddl::testing::EtcdCluster etcd(3);
+  TempDir tmp0, tmp1;
+  const fs::path logs0 = tmp0.path() / "logs", logs1 = tmp1.path() / "logs";
+  LaunchRun node0(tmp0, paddle_elastic_args(logs0, 0),
+                  paddle_elastic_env(etcd, "paddle-ft", "2", 0));
+  ASSERT_TRUE(wait_until([&] { return contains(node0.err(), "not ready for np 2 with hosts ['"); },
+                         milliseconds(30'000)))
+      << node0.err();
+  std::this_thread::sleep_for(milliseconds(2500));  // a second line, 2 s later
+  LaunchRun node1(tmp1, paddle_elastic_args(logs1, 0),
+                  paddle_elastic_env(etcd, "paddle-ft", "2", 1));
+  ASSERT_EQ(node0.wait(milliseconds(60'000)), 0) << node0.err() << node1.err();
+  ASSERT_EQ(node1.wait(milliseconds(60'000)), 0) << node1.err();
+  const std::string err0 = node0.err();
+  EXPECT_TRUE(contains(err0, "start job with np=2, ElasticLevel.FAULT_TOLERANCE")) << err0;
+  EXPECT_TRUE(contains(err0, "not ready for np 2 with hosts ['127.0.0.1:")) << err0;
+  std::size_t waits = 0;
+  for (std::size_t at = err0.find("not ready for np 2"); at != std::string::npos;
+       at = err0.find("not ready for np 2", at + 1)) {
+    ++waits;
+  }
+  EXPECT_GE(waits, 2u) << "every 2 s while it waits: " << err0;
+  EXPECT_TRUE(contains(err0, "ready with hosts ['127.0.0.1:")) << err0;
+  EXPECT_TRUE(contains(err0, "', '127.0.0.2:")) << err0;
+  const std::string logs = worker_logs(logs0) + worker_logs(logs1);
+  EXPECT_TRUE(contains(logs, "ENV PADDLE_TRAINERS=127.0.0.1,127.0.0.2\n")) << logs;
+  EXPECT_TRUE(contains(logs, "ENV DISTRIBUTED_TRAINER_ENDPOINTS=127.0.0.1:")) << logs;
+  EXPECT_TRUE(contains(logs, "hello from rank 1 of 2")) << logs;
+  EXPECT_EQ(keys_under(etcd, "/ddl/"), 0u);
+}
+
+// MIN:MAX: a node of three is lost; the other two restart their workers with the new host list
+// and endpoints, as Paddle's elastic manager does when a host leaves.
+TEST(PaddleElastic, ALostNodeRestartsTheOthersWithTheNewHostList) {
+  ddl::testing::EtcdCluster etcd(3);
+  TempDir tmp[3];
+  fs::path logs[3];
+  std::vector<std::unique_ptr<LaunchRun>> nodes;
+  for (int n = 0; n < 3; ++n) {
+    logs[n] = tmp[n].path() / "logs";
+    nodes.push_back(std::make_unique<LaunchRun>(tmp[n], paddle_elastic_args(logs[n], 8000),
+                                                paddle_elastic_env(etcd, "paddle-el", "2:3", n)));
+  }
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return contains(worker_logs(logs[0]) + worker_logs(logs[1]) + worker_logs(logs[2]),
+                        "hello from rank 2 of 3");
+      },
+      milliseconds(60'000)))
+      << nodes[0]->err() << nodes[1]->err() << nodes[2]->err();
+  const std::string first = nodes[0]->err();
+  EXPECT_TRUE(contains(first, "start job with np=2:3, ElasticLevel.ELASTIC")) << first;
+  // The node that came last is lost (its workers die with it).
+  int last = 0;
+  for (int n = 0; n < 3; ++n) {
+    if (contains(worker_logs(logs[n]), "hello from rank 2 of 3")) last = n;
+  }
+  ::kill(nodes[last]->pid(), SIGKILL);
+  ASSERT_EQ(nodes[last]->wait(milliseconds(5000)), 128 + SIGKILL);
+  std::vector<std::string> ips;
+  for (int n = 0; n < 3; ++n) {
+    if (n == last) continue;
+    ASSERT_EQ(nodes[n]->wait(milliseconds(90'000)), 0) << nodes[n]->err();
+    ips.push_back(node_ip(n));
+  }
+  std::string survivors;
+  for (int n = 0; n < 3; ++n) {
+    if (n != last) survivors += worker_logs(logs[n]);
+  }
+  // The workers were started again with two hosts.
+  EXPECT_TRUE(contains(survivors, "hello from rank 1 of 2")) << survivors;
+  // In the order of the survivors' node ranks, which follow their arrival.
+  EXPECT_TRUE(contains(survivors, "ENV PADDLE_TRAINERS=" + ips[0] + "," + ips[1] + "\n") ||
+              contains(survivors, "ENV PADDLE_TRAINERS=" + ips[1] + "," + ips[0] + "\n"))
+      << survivors;
+  const int witness = last == 0 ? 1 : 0;
+  const std::string err = nodes[witness]->err();
+  EXPECT_TRUE(contains(err, "restarting the job (restart 1 of 3)")) << err;
+  std::size_t ready = 0;
+  for (std::size_t at = err.find("ready with hosts"); at != std::string::npos;
+       at = err.find("ready with hosts", at + 1)) {
+    if (at < 4 || err.compare(at - 4, 4, "not ") != 0) ++ready;
+  }
+  EXPECT_EQ(ready, 2u) << "three hosts, then two: " << err;
+  EXPECT_EQ(keys_under(etcd, "/ddl/"), 0u);
+}
+
+// A node count N (Paddle's fault tolerance): a lost node is waited for, as Paddle's manager holds
+// until its platform starts the pod again; a new launcher on another host takes its place and the
+// workers start again with the new host list.
+TEST(PaddleElastic, ALostNodeOfAFixedCountIsReplacedByANewHost) {
+  ddl::testing::EtcdCluster etcd(3);
+  TempDir tmp[3];
+  fs::path logs[3];
+  for (int n = 0; n < 3; ++n) logs[n] = tmp[n].path() / "logs";
+  LaunchRun node0(tmp[0], paddle_elastic_args(logs[0], 6000),
+                  paddle_elastic_env(etcd, "paddle-replace", "2", 0));
+  // Node ranks follow the order of arrival: node 0 first.
+  ASSERT_TRUE(
+      wait_until([&] { return contains(node0.err(), "not ready for np 2"); }, milliseconds(30'000)))
+      << node0.err();
+  auto node1 = std::make_unique<LaunchRun>(tmp[1], paddle_elastic_args(logs[1], 6000),
+                                           paddle_elastic_env(etcd, "paddle-replace", "2", 1));
+  ASSERT_TRUE(wait_until([&] { return contains(worker_logs(logs[1]), "hello from rank 1 of 2"); },
+                         milliseconds(60'000)))
+      << node0.err() << node1->err();
+  ::kill(node1->pid(), SIGKILL);
+  ASSERT_EQ(node1->wait(milliseconds(5000)), 128 + SIGKILL);
+  // Node 0 holds, saying it waits, until the new host comes.
+  ASSERT_TRUE(
+      wait_until([&] { return contains(node0.err(), "restarting the job (restart 1 of 3)"); },
+                 milliseconds(30'000)))
+      << node0.err();
+  std::this_thread::sleep_for(milliseconds(2500));
+  LaunchRun node2(tmp[2], paddle_elastic_args(logs[2], 0),
+                  paddle_elastic_env(etcd, "paddle-replace", "2", 2));
+  ASSERT_EQ(node0.wait(milliseconds(90'000)), 0) << node0.err() << node2.err();
+  ASSERT_EQ(node2.wait(milliseconds(30'000)), 0) << node2.err();
+  const std::string err = node0.err();
+  EXPECT_TRUE(contains(err, "node 1's launcher stopped answering")) << err;
+  const std::size_t restart = err.find("restarting the job (restart 1 of 3)");
+  EXPECT_NE(err.find("not ready for np 2 with hosts", restart), std::string::npos) << err;
+  EXPECT_TRUE(contains(err, "', '127.0.0.3:")) << err;
+  const std::string survivors = worker_logs(logs[0]) + worker_logs(logs[2]);
+  EXPECT_TRUE(contains(survivors, "ENV PADDLE_TRAINERS=127.0.0.1,127.0.0.3\n")) << survivors;
   EXPECT_EQ(keys_under(etcd, "/ddl/"), 0u);
 }
 

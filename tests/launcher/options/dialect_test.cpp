@@ -228,8 +228,6 @@ TEST(Paddle2Flags, AutoTunerAndOtherDevicesAreRefusedNamingWhy) {
             std::string::npos);
   EXPECT_NE(error_of({"--xpus=0,1", "w"}).find("XPUs"), std::string::npos);
   EXPECT_NE(error_of({"--npus=0", "w"}).find("NPUs"), std::string::npos);
-  EXPECT_NE(error_of({"--elastic_server=127.0.0.1:2379", "w"}).find("--nnodes=MIN:MAX"),
-            std::string::npos);
 }
 
 TEST(SpellingOrigins, FromTheFlagTable) {

@@ -177,7 +177,9 @@ const std::map<std::string, std::string>& sample_values() {
       {"PADDLE_ELASTIC_TIMEOUT", "10"},
       {"PADDLE_ELASTIC_LEVEL", "1"},
       {"PADDLE_GLOO_PORT", "7000"},
-      {"PADDLE_WITH_GLOO", "0"}};
+      {"PADDLE_WITH_GLOO", "0"},
+      {"PADDLE_ELASTIC_SERVER", "127.0.0.1:2379"},
+      {"PADDLE_ELASTIC_NP", "2"}};
   return values;
 }
 
