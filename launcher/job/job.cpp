@@ -464,6 +464,8 @@ SupervisorOptions supervisor_options(const LaunchOptions& options, const NodeTop
   SupervisorOptions sup;
   sup.log_dir = options.log_dir;
   sup.append_logs = !options.log_overwrite;
+  sup.stdout_filters = options.duplicate_stdout_filters;
+  sup.stderr_filters = options.duplicate_stderr_filters;
   sup.quiet = options.quiet;
   sup.kill_timeout = options.kill_timeout;
   sup.restart_policy = RestartPolicy(options.max_restarts, options.no_progress_restarts);

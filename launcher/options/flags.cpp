@@ -342,6 +342,26 @@ std::vector<FlagSpec> logs_and_console() {
                   .default_is("local rank 0 with --log_dir, every rank without")
                   .help("show only these local ranks' lines on the console")
                   .done());
+  for (const std::string stream : {"stdout", "stderr"}) {
+    t.push_back(
+        Flag("duplicate_" + stream + "_filters")
+            .value("TEXT,...")
+            .group(FlagGroup::kLogs)
+            .also_in({Dialect::kTorchrun})
+            .pet()
+            .help("with --log_dir, copy the console's lines containing any TEXT to "
+                  "LOG_DIR/filtered_" +
+                  stream + ".log")
+            .doc("torchrun's filtered copy of the console: with `--log_dir`, every line shown on "
+                 "the console (the ranks `--local_ranks_filter`/`--tee` show, with their prefix) "
+                 "that contains any of the comma-separated TEXTs (`,,` is a comma) is also "
+                 "appended to `LOG_DIR/filtered_" +
+                 stream +
+                 ".log`. A rank's stdout and stderr "
+                 "share one pipe here, so both filters see both streams. Without `--log_dir` "
+                 "nothing is copied (a warning says so).")
+            .done());
+  }
   t.push_back(
       Flag("log_line_prefix_template")
           .value("TEMPLATE")
@@ -1254,8 +1274,6 @@ std::vector<FlagSpec> compatibility() {
                            "own launcher); launch has none: run the tuned job without it",
                            Dialect::kPaddle2)
                   .done());
-  t.push_back(Flag("duplicate_stdout_filters").value("LIST").refused(shared_log).done());
-  t.push_back(Flag("duplicate_stderr_filters").value("LIST").refused(shared_log).done());
   t.push_back(Flag("help")
                   .switch_()
                   .short_name('h')

@@ -180,6 +180,11 @@ struct LaunchOptions : JobConfig {
   // ${rank}, ${local_rank}, ${role_name}, ${hostname} (launcher/job/job.cpp); unset: "[rank N] ".
   std::optional<std::string> log_line_prefix_template;
   std::optional<double> monitor_interval;        // --monitor_interval (seconds; torchrun's)
+  // --duplicate_stdout_filters / --duplicate_stderr_filters (torchrun): with --log_dir, the
+  // console's lines containing any of these also go to LOG_DIR/filtered_stdout.log, resp.
+  // filtered_stderr.log (launcher/supervise/output.h, FilteredCopy).
+  std::vector<std::string> duplicate_stdout_filters;
+  std::vector<std::string> duplicate_stderr_filters;
   std::string start_method = "spawn";            // --start_method (torchrun): spawn|fork|forkserver
   // --log_overwrite[=false]: append to the logs if false; unset, false with Paddle's flags
   // (every Paddle launcher opens its logs for appending), true otherwise.

@@ -22,6 +22,24 @@ bool is_boolean_word(std::string v) {
   throw BadValueError(flag, value, expected);
 }
 
+std::vector<std::string> parse_filter_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::string item;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != ',') {
+      item += text[i];
+    } else if (i + 1 < text.size() && text[i + 1] == ',') {
+      item += ',';
+      ++i;
+    } else {
+      if (!item.empty()) out.push_back(item);
+      item.clear();
+    }
+  }
+  if (!item.empty()) out.push_back(item);
+  return out;
+}
+
 std::vector<std::string> split_commas(const std::string& text) { return env::split(text, ','); }
 
 int parse_int_flag(const std::string& flag, const std::string& value, int min, int max) {

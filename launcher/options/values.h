@@ -34,6 +34,9 @@ class BadValueError : public OptionsError {
 
 // "a,b,,c" -> {"a", "b", "", "c"}.
 std::vector<std::string> split_commas(const std::string& text);
+// torchrun's filter lists: "a,b" -> {"a", "b"}, a double comma is a comma ("1,,000" ->
+// {"1,000"}); empty items are dropped, so "" is an empty list.
+std::vector<std::string> parse_filter_list(const std::string& text);
 
 // An integer in [min, max].
 int parse_int_flag(const std::string& flag, const std::string& value, int min, int max);

@@ -74,15 +74,58 @@ void ProcessOutput::start_generation(const std::string& separator, bool echo_sep
 void ProcessOutput::emit_line() {
   std::string line;
   line.swap(partial_);
-  if (echo_) console_.write(prefix_ + line + '\n');
+  if (echo_) {
+    const std::string shown = prefix_ + line + '\n';
+    console_.write(shown);
+    if (echo_sink_) echo_sink_(shown);
+  }
   if (sink_) sink_(line);
   tail_.push_back(std::move(line));
   if (static_cast<int>(tail_.size()) > kSummaryTailLines) tail_.pop_front();
 }
 
+FilteredCopy::FilteredCopy(std::vector<std::string> filters, std::string path, bool append)
+    : filters_(std::move(filters)), path_(std::move(path)), append_(append) {}
+
+FilteredCopy::~FilteredCopy() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void FilteredCopy::offer(const std::string& shown) {
+  if (failed_) return;
+  bool match = false;
+  for (const std::string& f : filters_) match = match || shown.find(f) != std::string::npos;
+  if (!match) return;
+  if (fd_ < 0) {
+    std::string why;
+    fd_ = logging::open_for_writing(
+        path_, append_ ? logging::WriteMode::kAppend : logging::WriteMode::kTruncate, why);
+    if (fd_ < 0) {
+      failed_ = true;
+      spdlog::error("the filtered copy of the console cannot be written: {}", why);
+      return;
+    }
+  }
+  if (write_all(fd_, shown.data(), shown.size())) return;
+  failed_ = true;
+  spdlog::error("writing {} failed: {}; no more lines are copied there", path_,
+                std::strerror(errno));
+}
+
 JobOutputs::JobOutputs(Options options, int console_fd,
                        std::function<void(const std::string&, const std::string&)> on_line)
-    : options_(std::move(options)), console_(console_fd), on_line_(std::move(on_line)) {}
+    : options_(std::move(options)), console_(console_fd), on_line_(std::move(on_line)) {
+  if (!options_.log_dir) return;
+  const std::filesystem::path dir(*options_.log_dir);
+  if (!options_.stdout_filters.empty()) {
+    filtered_stdout_ = std::make_unique<FilteredCopy>(
+        options_.stdout_filters, (dir / "filtered_stdout.log").string(), options_.append_logs);
+  }
+  if (!options_.stderr_filters.empty()) {
+    filtered_stderr_ = std::make_unique<FilteredCopy>(
+        options_.stderr_filters, (dir / "filtered_stderr.log").string(), options_.append_logs);
+  }
+}
 
 void JobOutputs::create_log_dir() const {
   if (!options_.log_dir) return;
@@ -114,6 +157,12 @@ ProcessOutput& JobOutputs::of(const Worker& w) {
   }
   if (on_line_) {
     slot->on_line([this, name = w.name()](const std::string& line) { on_line_(name, line); });
+  }
+  if (slot->echoes() && (filtered_stdout_ || filtered_stderr_)) {
+    slot->on_echo([this](const std::string& shown) {
+      if (filtered_stdout_) filtered_stdout_->offer(shown);
+      if (filtered_stderr_) filtered_stderr_->offer(shown);
+    });
   }
   return *slot;
 }

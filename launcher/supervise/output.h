@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "env/file.h"
 #include "launcher/supervise/worker.h"
@@ -70,6 +71,9 @@ class ProcessOutput {
 
   // Every whole line from now on (without its newline) also goes to `sink` (the run report).
   void on_line(std::function<void(const std::string&)> sink) { sink_ = std::move(sink); }
+  // Every line echoed to the console from now on, as shown there (prefix, line, newline), also
+  // goes to `sink` (torchrun's duplicate filters).
+  void on_echo(std::function<void(const std::string&)> sink) { echo_sink_ = std::move(sink); }
 
   // The last kSummaryTailLines lines of the current generation.
   const std::deque<std::string>& tail() const { return tail_; }
@@ -91,6 +95,29 @@ class ProcessOutput {
   std::string partial_;
   std::deque<std::string> tail_;
   std::function<void(const std::string&)> sink_;
+  std::function<void(const std::string&)> echo_sink_;
+};
+
+// torchrun's --duplicate-stdout-filters / --duplicate-stderr-filters: the console's lines that
+// contain any of `filters` are copied, as shown, to `path` (LOG_DIR/filtered_stdout.log,
+// filtered_stderr.log), opened at the first such line (truncated, or for appending). A write
+// that fails is logged once and the copy stops. Not copyable; not thread-safe.
+class FilteredCopy {
+ public:
+  FilteredCopy(std::vector<std::string> filters, std::string path, bool append);
+  FilteredCopy(const FilteredCopy&) = delete;
+  FilteredCopy& operator=(const FilteredCopy&) = delete;
+  ~FilteredCopy();
+
+  // A line as the console shows it (with its newline).
+  void offer(const std::string& shown);
+
+ private:
+  std::vector<std::string> filters_;
+  std::string path_;
+  bool append_;
+  int fd_ = -1;
+  bool failed_ = false;
 };
 
 // The outputs of one job's workers on one console, by log file name, each opened on first use and
@@ -106,6 +133,10 @@ class JobOutputs {
     std::optional<std::string> log_dir;  // created by create_log_dir()
     bool append_logs = false;            // open the log files for appending, not truncated
     bool quiet = false;
+    // With a log dir: console lines containing any of these are copied to
+    // LOG_DIR/filtered_stdout.log, resp. filtered_stderr.log (FilteredCopy).
+    std::vector<std::string> stdout_filters;
+    std::vector<std::string> stderr_filters;
   };
   // `console_fd`: the launcher's console (its stdout). `on_line(name, line)` gets every whole
   // line of every output (ProcessOutput::on_line); may be empty.
@@ -125,6 +156,8 @@ class JobOutputs {
   Console console_;
   std::function<void(const std::string&, const std::string&)> on_line_;
   std::map<std::string, std::unique_ptr<ProcessOutput>> outputs_;
+  std::unique_ptr<FilteredCopy> filtered_stdout_;
+  std::unique_ptr<FilteredCopy> filtered_stderr_;
 };
 
 }  // namespace ddl::launcher

@@ -44,7 +44,8 @@ class Supervisor {
         make_generation_(make_generation),
         signals_(io_, SIGCHLD, SIGINT, SIGTERM),
         grace_timer_(io_),
-        outputs_(JobOutputs::Options{options.log_dir, options.append_logs, options.quiet},
+        outputs_(JobOutputs::Options{options.log_dir, options.append_logs, options.quiet,
+                                     options.stdout_filters, options.stderr_filters},
                  STDOUT_FILENO,
                  [this](const std::string& name, const std::string& line) {
                    for (auto& o : observers_) o->process_line(name, line);

@@ -66,6 +66,9 @@ struct SupervisorOptions {
   std::optional<std::string> log_dir;  // created if missing
   bool append_logs = false;            // open the log files for appending, not truncated
   bool quiet = false;
+  // torchrun's duplicate filters (JobOutputs::Options).
+  std::vector<std::string> stdout_filters;
+  std::vector<std::string> stderr_filters;
   std::chrono::milliseconds kill_timeout{10'000};  // SIGTERM -> SIGKILL grace
   RestartPolicy restart_policy;  // asked after every failed generation (default: no restarts)
   std::chrono::milliseconds hang_timeout{0};  // no output from any running process this long:

@@ -179,7 +179,9 @@ const std::map<std::string, std::string>& sample_values() {
       {"PADDLE_GLOO_PORT", "7000"},
       {"PADDLE_WITH_GLOO", "0"},
       {"PADDLE_ELASTIC_SERVER", "127.0.0.1:2379"},
-      {"PADDLE_ELASTIC_NP", "2"}};
+      {"PADDLE_ELASTIC_NP", "2"},
+      {"PET_DUPLICATE_STDOUT_FILTERS", "loss"},
+      {"PET_DUPLICATE_STDERR_FILTERS", "warn"}};
   return values;
 }
 

@@ -631,14 +631,29 @@ TEST(CommandLines, TodaysTorchrunFlags) {
   EXPECT_NE(error_of({"--event_log_handler=console", "w"}).find("only 'null'"), std::string::npos);
   EXPECT_NE(error_of({"--signals_to_handle=SIGTERM,SIGUSR1", "w"}).find("always forwards"),
             std::string::npos);
-  for (const std::string flag :
-       {"--logs-specs=x", "--numa_binding=node", "--duplicate_stdout_filters=a",
-        "--duplicate-stderr-filters=b"}) {
+  for (const std::string flag : {"--logs-specs=x", "--numa_binding=node"}) {
     std::string name = flag.substr(2, flag.find('=') - 2);
     std::replace(name.begin(), name.end(), '-', '_');
     EXPECT_EQ(error_of({flag, "w"}).rfind("--" + name + " (torchrun's): ", 0), 0u)
         << flag << ": " << error_of({flag, "w"});
   }
+}
+
+TEST(CommandLines, TorchrunsDuplicateFilters) {
+  LaunchOptions o = parse({"--log-dir=L", "--duplicate-stdout-filters=loss,,x,acc",
+                           "--duplicate_stderr_filters", "warn", "w"});
+  EXPECT_EQ(o.duplicate_stdout_filters, (std::vector<std::string>{"loss,x", "acc"}));
+  EXPECT_EQ(o.duplicate_stderr_filters, (std::vector<std::string>{"warn"}));
+  EXPECT_TRUE(o.warnings.empty());
+  EXPECT_EQ(
+      parse({"--log_dir=L", "w"}, {{"PET_DUPLICATE_STDOUT_FILTERS", "a"}}).duplicate_stdout_filters,
+      (std::vector<std::string>{"a"}));
+  EXPECT_TRUE(
+      parse({"--log_dir=L", "--duplicate_stdout_filters=", "w"}).duplicate_stdout_filters.empty())
+      << "an empty list copies nothing";
+  o = parse({"--duplicate_stdout_filters=a", "w"});
+  ASSERT_EQ(o.warnings.size(), 1u);
+  EXPECT_NE(o.warnings[0].find("without --log_dir nothing is copied"), std::string::npos);
 }
 
 TEST(CommandLines, TorchrunsNewestConsoleAndDeviceFlags) {

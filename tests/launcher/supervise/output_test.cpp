@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <set>
 #include <string>
 #include <vector>
@@ -154,6 +155,49 @@ TEST(ProcessOutput, LogThatCannotBeOpenedNamesTheProcessAndThePath) {
     EXPECT_NE(std::string(e.what()).find("rank 2"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find(log), std::string::npos) << e.what();
   }
+}
+
+// torchrun's duplicate filters: the console's lines (as shown) that contain a filter go to
+// LOG_DIR/filtered_stdout.log and filtered_stderr.log; lines that are not shown do not.
+TEST(JobOutputs, ConsoleLinesMatchingAFilterAreCopied) {
+  TempDir dir;
+  const std::string logs = dir.file("logs");
+  const std::string console_path = dir.file("console");
+  const int fd = ::open(console_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0);
+  {
+    JobOutputs::Options o;
+    o.log_dir = logs;
+    o.stdout_filters = {"loss", "a,b"};
+    o.stderr_filters = {"warn"};
+    JobOutputs outputs(o, fd, {});
+    outputs.create_log_dir();
+    Worker shown;
+    shown.index = 0;
+    Worker hidden;
+    hidden.index = 1;  // only trainer 0 is echoed with a log dir
+    feed(outputs.of(shown), "epoch 1 loss 0.5\nnothing\na,b here\nwarn: slow\n");
+    feed(outputs.of(hidden), "loss of rank 1\n");
+  }
+  ::close(fd);
+  EXPECT_EQ(read_file(logs + "/filtered_stdout.log"), "epoch 1 loss 0.5\na,b here\n");
+  EXPECT_EQ(read_file(logs + "/filtered_stderr.log"), "warn: slow\n");
+  EXPECT_EQ(read_file(logs + "/workerlog.1"), "loss of rank 1\n");
+}
+
+TEST(JobOutputs, WithoutAMatchNoFilteredFileIsMade) {
+  TempDir dir;
+  const std::string logs = dir.file("logs");
+  JobOutputs::Options o;
+  o.log_dir = logs;
+  o.stdout_filters = {"never"};
+  {
+    JobOutputs outputs(o, -1, {});
+    outputs.create_log_dir();
+    Worker w;
+    feed(outputs.of(w), "a line\n");
+  }
+  EXPECT_FALSE(std::filesystem::exists(logs + "/filtered_stdout.log"));
 }
 
 TEST(Console, AFailedWriteEndsTheConsoleQuietly) {
