@@ -31,6 +31,7 @@
 #include "launcher/preflight/check.h"
 #include "launcher/report/run_report.h"
 #include "launcher/supervise/cpu_binding.h"
+#include "launcher/supervise/numa_binding.h"
 #include "launcher/supervise/supervisor.h"
 #include "launcher/supervise/worker_lookup.h"
 #include "logging/log.h"
@@ -395,10 +396,18 @@ std::vector<Worker> launches_of(const ClusterPlan& plan, const LaunchOptions& op
   std::vector<Worker> launches;
   std::map<env::Role, int> local_index;
   const std::string host = env::this_host_name();
-  const std::vector<std::vector<int>> cpus =
+  std::vector<std::vector<int>> cpus =
       options.bind == CpuBind::kNone
           ? std::vector<std::vector<int>>(plan.local.size())
           : assign_cpus(options.bind, read_cpu_topology(), static_cast<int>(plan.local.size()));
+  if (options.numa_binding) {
+    // Each trainer near its GPU; servers are not pinned.
+    std::vector<std::optional<int>> gpus;
+    for (const PlannedWorker& spec : plan.local) {
+      gpus.push_back(spec.contract.role == env::Role::kTrainer ? spec.contract.gpu : std::nullopt);
+    }
+    cpus = numa_pins(*numa_affinity_named(*options.numa_binding), gpus, caller_env);
+  }
   for (const PlannedWorker& spec : plan.local) {
     Worker l;
     l.role = spec.contract.role;

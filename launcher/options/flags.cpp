@@ -246,6 +246,23 @@ std::vector<FlagSpec> workers_and_devices() {
           .config([](const LaunchOptions& o) { return std::optional(cpu_bind_name(o.bind)); })
           .done());
   t.push_back(
+      Flag("numa_binding")
+          .value("MODE")
+          .group(FlagGroup::kWorkers)
+          .choice({"node", "socket", "exclusive", "core-complex"},
+                  "expected node, socket, exclusive or core-complex")
+          .also_in({Dialect::kTorchrun})
+          .help("pin each worker to CPUs near its GPU: its NUMA node, socket, an exclusive share "
+                "of the node's cores, or one core complex (torchrun's modes)")
+          .doc("torchrun's: pin each worker to CPUs near its GPU (the NUMA node of the GPU's PCI "
+               "device, from nvidia-smi and /sys): `node` every CPU of that node; `socket` every "
+               "CPU of the node's socket; `exclusive` the node's physical cores split evenly "
+               "among the node's GPUs; `core-complex` one group of cores sharing an L3 cache. "
+               "Only CPUs `launch` may use count; it needs GPUs, and is an error with `--bind`. "
+               "See [cpu-binding.md](cpu-binding.md).")
+          .config([](const LaunchOptions& o) { return std::optional(or_none(o.numa_binding)); })
+          .done());
+  t.push_back(
       Flag("virtual_local_rank")
           .switch_()
           .group(FlagGroup::kWorkers)
@@ -1261,11 +1278,6 @@ std::vector<FlagSpec> compatibility() {
                   .value("NAME")
                   .refused("a Python entry point of torchrun's logging; launch writes "
                            "LOG_DIR/workerlog.N itself")
-                  .done());
-  t.push_back(Flag("numa_binding")
-                  .value("NAME")
-                  .refused("CPU binding near GPUs is not done by launch; bind with numactl in "
-                           "WORKER")
                   .done());
   t.push_back(Flag("auto_parallel_config")
                   .value("FILE")

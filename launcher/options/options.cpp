@@ -1021,6 +1021,11 @@ LaunchOptions parse_command_line(const CommandLine& command_line, const env::Env
   if (const auto bind = r.choice("bind")) {
     o.bind = *bind == "core" ? CpuBind::kCore : *bind == "numa" ? CpuBind::kNuma : CpuBind::kNone;
   }
+  o.numa_binding = r.choice("numa_binding");
+  if (o.numa_binding && o.bind != CpuBind::kNone) {
+    throw OptionsError("--numa-binding=" + *o.numa_binding + " and --bind=" +
+                       cpu_bind_name(o.bind) + " both pin the workers to CPUs; give one");
+  }
   // Every Paddle launcher opens its workers' logs for appending.
   const bool paddle = o.dialect == Dialect::kPaddle18 || o.dialect == Dialect::kFleetrun ||
                       o.dialect == Dialect::kPaddle2;

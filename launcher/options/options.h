@@ -206,6 +206,9 @@ struct LaunchOptions : JobConfig {
   // Trainers then get PADDLE_DISTRI_BACKEND = distri_backend = resolved_backend().
   std::optional<std::string> backend;
   CpuBind bind = CpuBind::kNone;  // --bind
+  // --numa-binding (torchrun's): node, socket, exclusive or core-complex
+  // (launcher/supervise/numa_binding.h); unset: not pinned near the GPUs.
+  std::optional<std::string> numa_binding;
   // --virtual_local_rank (torchrun): each trainer sees its own GPU alone, as device 0, with
   // LOCAL_RANK=0 (env::virtualize_local_rank).
   bool virtual_local_rank = false;

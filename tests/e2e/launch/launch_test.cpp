@@ -164,6 +164,47 @@ TEST(Launch, LinePrefixTemplateAndVirtualLocalRank) {
       << short_list.err();
 }
 
+// torchrun's --duplicate-stdout-filters: the console's matching lines, as shown, also in
+// LOG_DIR/filtered_stdout.log. --numa-binding without a GPU, or with a GPU /sys does not know:
+// one line, exit 1, nothing started.
+TEST(Launch, DuplicateFiltersAndNumaBinding) {
+  TempDir tmp;
+  const fs::path logs = tmp.path() / "logs";
+  LaunchRun run(tmp, {"--nproc-per-node=2", "--tee=3", "--log-dir", logs.string(),
+                      "--duplicate-stdout-filters=rank 1 of,,x,of 2 (local rank 0",
+                      "--print_config=false", "hello_worker"});
+  ASSERT_EQ(run.wait(milliseconds(20'000)), 0) << run.err();
+  const std::string filtered = read_file(logs / "filtered_stdout.log");
+  EXPECT_TRUE(contains(filtered, "[rank 0] hello from rank 0 of 2 (local rank 0")) << filtered;
+  EXPECT_FALSE(contains(filtered, "hello from rank 1")) << "'rank 1 of,x' matches nothing";
+  EXPECT_FALSE(fs::exists(logs / "filtered_stderr.log"));
+
+  TempDir cpu;
+  LaunchRun no_gpu(cpu, {"--numa-binding=node", "--print_config=false", "hello_worker"});
+  EXPECT_EQ(no_gpu.wait(milliseconds(20'000)), 1);
+  EXPECT_TRUE(contains(no_gpu.err(), "--numa-binding: it pins each worker near its GPU"))
+      << no_gpu.err();
+  EXPECT_FALSE(contains(no_gpu.out(), "hello from")) << "nothing started";
+
+  // nvidia-smi names a GPU at a PCI address this machine's /sys does not have.
+  TempDir fake;
+  const fs::path smi = fake.path() / "nvidia-smi";
+  {
+    std::ofstream script(smi);
+    script << "#!/bin/sh\necho '0, GPU-aaaa, 00000000:FE:1F.7'\n";
+  }
+  fs::permissions(smi, fs::perms::owner_all);
+  LaunchRun unknown(
+      fake,
+      {"--numa-binding=exclusive", "--selected_gpus=0", "--print_config=false", "hello_worker"},
+      {{"PATH", fake.path().string() + ":/usr/bin:/bin"}});
+  EXPECT_EQ(unknown.wait(milliseconds(20'000)), 1);
+  EXPECT_TRUE(contains(unknown.err(),
+                       "--numa-binding: cannot read "
+                       "/sys/bus/pci/devices/0000:fe:1f.7/numa_node"))
+      << unknown.err();
+}
+
 TEST(Launch, FailingRankStopsTheJobQuickly) {
   TempDir tmp;
   const fs::path logs = tmp.path() / "logs";

@@ -631,12 +631,23 @@ TEST(CommandLines, TodaysTorchrunFlags) {
   EXPECT_NE(error_of({"--event_log_handler=console", "w"}).find("only 'null'"), std::string::npos);
   EXPECT_NE(error_of({"--signals_to_handle=SIGTERM,SIGUSR1", "w"}).find("always forwards"),
             std::string::npos);
-  for (const std::string flag : {"--logs-specs=x", "--numa_binding=node"}) {
+  for (const std::string flag : {"--logs-specs=x"}) {
     std::string name = flag.substr(2, flag.find('=') - 2);
     std::replace(name.begin(), name.end(), '-', '_');
     EXPECT_EQ(error_of({flag, "w"}).rfind("--" + name + " (torchrun's): ", 0), 0u)
         << flag << ": " << error_of({flag, "w"});
   }
+}
+
+TEST(CommandLines, TorchrunsNumaBinding) {
+  EXPECT_EQ(parse({"--numa-binding=core-complex", "w"}).numa_binding, "core-complex");
+  EXPECT_EQ(parse({"--numa_binding", "node", "w"}).numa_binding, "node");
+  EXPECT_FALSE(parse({"w"}).numa_binding);
+  EXPECT_NE(error_of({"--numa-binding=numa", "w"})
+                .find("expected node, socket, exclusive or core-complex"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--numa-binding=node", "--bind=numa", "w"}).find("give one"),
+            std::string::npos);
 }
 
 TEST(CommandLines, TorchrunsDuplicateFilters) {
