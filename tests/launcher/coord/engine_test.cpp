@@ -821,18 +821,26 @@ TEST(TcpStoreEngine, TheFirstLauncherAtTheAddressHostsTheStoreAsNodeZero) {
   first->abandon();
 }
 
+// A socket bound to 127.0.0.1:port that does not listen (connects to the port are refused);
+// -1 when it cannot be bound.
+int hold_without_listening(std::uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return fd;
+  if (fd >= 0) ::close(fd);
+  return -1;
+}
+
 // A socket that holds the port without listening (another program's, briefly) makes the first
 // try to host fail; nobody answers there either, so the launcher tries again while it waits and
 // hosts the store once the port is free, instead of waiting for a node 0 that never comes.
 TEST(TcpStoreEngine, AnElectedLauncherHostsOnceABusyPortIsFreed) {
   const std::uint16_t port = ddl::testing::free_port_block_above_ephemeral();
-  const int holder = ::socket(AF_INET, SOCK_STREAM, 0);
+  const int holder = hold_without_listening(port);
   ASSERT_GE(holder, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(holder, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);  // not listening
   auto release = std::async(std::launch::async, [holder] {
     std::this_thread::sleep_for(milliseconds(500));
     ::close(holder);
@@ -849,13 +857,8 @@ TEST(TcpStoreEngine, AnElectedLauncherHostsOnceABusyPortIsFreed) {
 // The port stays held: the error says why this launcher did not host the store itself.
 TEST(TcpStoreEngine, AnElectedLauncherThatCannotHostSaysWhy) {
   const std::uint16_t port = ddl::testing::free_port_block_above_ephemeral();
-  const int holder = ::socket(AF_INET, SOCK_STREAM, 0);
+  const int holder = hold_without_listening(port);
   ASSERT_GE(holder, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(holder, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
   auto options = tcp_options(port, kAutoNodeRank, 2);
   options.rendezvous_timeout = milliseconds(600);
   try {
