@@ -234,6 +234,38 @@ TEST(PaddleElastic, ALostNodeRestartsTheOthersWithTheNewHostList) {
   EXPECT_EQ(keys_under(etcd, "/ddl/"), 0u);
 }
 
+// MIN:MAX: a third host arrives while two run; the job re-forms with three, the workers start
+// again with the longer host list, as Paddle's manager restarts them when a host registers.
+TEST(PaddleElastic, ANewHostJoinsARunningElasticJob) {
+  ddl::testing::EtcdCluster etcd(3);
+  TempDir tmp[3];
+  fs::path logs[3];
+  for (int n = 0; n < 3; ++n) logs[n] = tmp[n].path() / "logs";
+  LaunchRun node0(tmp[0], paddle_elastic_args(logs[0], 6000),
+                  paddle_elastic_env(etcd, "paddle-grow", "2:3", 0));
+  ASSERT_TRUE(
+      wait_until([&] { return contains(node0.err(), "not ready for np 3"); }, milliseconds(30'000)))
+      << node0.err();
+  LaunchRun node1(tmp[1], paddle_elastic_args(logs[1], 6000),
+                  paddle_elastic_env(etcd, "paddle-grow", "2:3", 1));
+  ASSERT_TRUE(wait_until([&] { return contains(worker_logs(logs[1]), "hello from rank 1 of 2"); },
+                         milliseconds(60'000)))
+      << node0.err() << node1.err();
+  LaunchRun node2(tmp[2], paddle_elastic_args(logs[2], 0),
+                  paddle_elastic_env(etcd, "paddle-grow", "2:3", 2));
+  ASSERT_EQ(node0.wait(milliseconds(90'000)), 0) << node0.err();
+  ASSERT_EQ(node1.wait(milliseconds(30'000)), 0) << node1.err();
+  ASSERT_EQ(node2.wait(milliseconds(30'000)), 0) << node2.err();
+  const std::string err = node0.err();
+  EXPECT_TRUE(contains(err, "ready with hosts ['127.0.0.1:")) << err;
+  EXPECT_TRUE(contains(err, "', '127.0.0.3:")) << "the second start has three hosts: " << err;
+  const std::string logs_all = worker_logs(logs[0]) + worker_logs(logs[1]) + worker_logs(logs[2]);
+  EXPECT_TRUE(contains(logs_all, "hello from rank 2 of 3")) << logs_all;
+  EXPECT_TRUE(contains(logs_all, "ENV PADDLE_TRAINERS=127.0.0.1,127.0.0.2,127.0.0.3\n"))
+      << logs_all;
+  EXPECT_EQ(keys_under(etcd, "/ddl/"), 0u);
+}
+
 // A node count N (Paddle's fault tolerance): a lost node is waited for, as Paddle's manager holds
 // until its platform starts the pod again; a new launcher on another host takes its place and the
 // workers start again with the new host list.
