@@ -24,6 +24,13 @@ constexpr int kAttempts = 100;
 // How often Paddle's elastic manager says that it waits for hosts.
 constexpr std::chrono::seconds kPaddleLine{2};
 
+// Hosts as Paddle's elastic manager prints its list: "['10.0.0.1:6170', '10.0.0.2:6170']".
+std::string paddle_host_list(const std::vector<env::Endpoint>& hosts) {
+  std::vector<std::string> quoted;
+  for (const env::Endpoint& h : hosts) quoted.push_back("'" + h.str() + "'");
+  return "[" + env::join(quoted, ", ") + "]";
+}
+
 std::string gen(const std::string& family, int generation) {
   return family + "/" + std::to_string(generation);
 }
@@ -640,15 +647,15 @@ std::optional<std::vector<int>> ControlEngine::decide(int generation, Clock::tim
 
 void ControlEngine::say_not_ready(bool joined) {
   read_presentations();
-  std::vector<std::string> hosts;
+  std::vector<env::Endpoint> hosts;
   for (const auto& [n, p] : decision_->presented) {
     if (joined) {
       const std::string* launcher = decision_->roll.launcher(n);
       if (!decision_->joined.count(n) || launcher == nullptr || p.launcher != *launcher) continue;
     }
-    hosts.push_back("'" + p.endpoints.front().str() + "'");
+    hosts.push_back(p.endpoints.front());
   }
-  spdlog::info("not ready for np {} with hosts [{}]", options_.nnodes, env::join(hosts, ", "));
+  spdlog::info("not ready for np {} with hosts {}", options_.nnodes, paddle_host_list(hosts));
 }
 
 bool ControlEngine::is_member(const Members& m) const {
@@ -735,9 +742,9 @@ Membership ControlEngine::join_generation(Generation requested) {
     }
     Membership m = membership_of(members, me, options_.equal_node_sizes, options_.order_by_address);
     if (options_.paddle_elastic) {
-      std::vector<std::string> hosts;
-      for (const auto& eps : members.endpoints) hosts.push_back("'" + eps.front().str() + "'");
-      spdlog::info("ready with hosts [{}]", env::join(hosts, ", "));
+      std::vector<env::Endpoint> hosts;
+      for (const auto& eps : members.endpoints) hosts.push_back(eps.front());
+      spdlog::info("ready with hosts {}", paddle_host_list(hosts));
     }
     std::lock_guard<std::mutex> state(mutex_);
     current_generation_ = generation;

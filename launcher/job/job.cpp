@@ -205,14 +205,13 @@ ControlOptions control_options_for(const LaunchOptions& options, const NodeTopol
   control_options.order_by_address = options.sort_ip;
   control_options.paddle_elastic = options.paddle_elastic;
   // Paddle's fault-tolerance level: a lost node is waited for (its pod is started again).
-  control_options.wait_for_replacement = options.paddle_elastic && options.fleet_level == 1;
+  control_options.wait_for_replacement = options.fleet_level == kFleetFaultTolerance;
   if (options.paddle_elastic) {
-    const std::string np =
-        topology.min_nnodes > 0 && topology.min_nnodes < topology.nnodes
-            ? std::to_string(topology.min_nnodes) + ":" + std::to_string(topology.nnodes)
-            : std::to_string(topology.nnodes);
+    const std::string np = control_options.elastic() ? std::to_string(topology.min_nnodes) + ":" +
+                                                           std::to_string(topology.nnodes)
+                                                     : std::to_string(topology.nnodes);
     spdlog::info("start job with np={}, ElasticLevel.{} (Paddle's elastic mode: job '{}' over {})",
-                 np, options.fleet_level == 2 ? "ELASTIC" : "FAULT_TOLERANCE",
+                 np, options.fleet_level == kFleetElastic ? "ELASTIC" : "FAULT_TOLERANCE",
                  control_options.job_id, control_plane_where(topology));
   }
   const Heartbeat heartbeat = heartbeat_for(topology.nnodes);

@@ -10,10 +10,7 @@
 namespace ddl::launcher {
 namespace {
 
-// The fleet manager's levels (its ElasticLevel) and the variable that asks for one (spelt as
-// Paddle spells it).
-constexpr int kFaultTolerance = 1;
-constexpr int kElastic = 2;
+// The variable that asks for a level (spelt as Paddle spells it).
 constexpr const char* kLevelVariable = "PADDLE_ELASTIC_FAULT_TOLERANC_LEVEL";
 constexpr std::chrono::seconds kFleetElasticTimeout{120};  // its ELASTIC_TIMEOUT
 
@@ -82,7 +79,7 @@ std::optional<nodes::Etcd> parse_fleet_elastic(const GivenFlags& r, const env::E
                        np_value + " counts the nodes)");
   }
   parse_np(np_value, o);
-  o.fleet_level = o.min_nnodes ? kElastic : kFaultTolerance;
+  o.fleet_level = o.min_nnodes ? kFleetElastic : kFleetFaultTolerance;
   if (auto level = variable(env, kLevelVariable)) {
     if (*level != "1" && *level != "2") {
       throw OptionsError(std::string(kLevelVariable) + "='" + *level +
@@ -93,7 +90,7 @@ std::optional<nodes::Etcd> parse_fleet_elastic(const GivenFlags& r, const env::E
       o.warnings.push_back(
           std::string(kLevelVariable) + "=" + *level + " is not used: --np=" + np_value +
           " makes the job " +
-          (o.fleet_level == kElastic ? "elastic (level 2)" : "fault-tolerant (level 1)") +
+          (o.fleet_level == kFleetElastic ? "elastic (level 2)" : "fault-tolerant (level 1)") +
           ", as Paddle's elastic manager decides");
     }
   }

@@ -783,16 +783,16 @@ void parse_console(const GivenFlags& r, LaunchOptions& o) {
     o.log_line_prefix_template = r.value("log_line_prefix_template");
   }
   o.virtual_local_rank = r.has("virtual_local_rank");
-  for (const char* stream : {"stdout", "stderr"}) {
+  const std::pair<const char*, std::vector<std::string>*> filter_flags[] = {
+      {"stdout", &o.duplicate_stdout_filters}, {"stderr", &o.duplicate_stderr_filters}};
+  for (const auto& [stream, filters] : filter_flags) {
     const std::string flag = std::string("duplicate_") + stream + "_filters";
     if (!r.has(flag)) continue;
-    std::vector<std::string> filters = parse_filter_list(r.value(flag));
-    if (!filters.empty() && !o.log_dir) {
+    *filters = parse_filter_list(r.value(flag));
+    if (!filters->empty() && !o.log_dir) {
       o.warnings.push_back("--" + flag + " copies console lines to LOG_DIR/filtered_" + stream +
                            ".log: without --log_dir nothing is copied");
     }
-    (stream == std::string("stdout") ? o.duplicate_stdout_filters : o.duplicate_stderr_filters) =
-        std::move(filters);
   }
   if (const auto interval = r.seconds("monitor_interval")) {
     o.monitor_interval = static_cast<double>(interval->count()) / 1000.0;

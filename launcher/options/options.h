@@ -37,6 +37,9 @@ inline constexpr const char* kDefaultNodeIp = "127.0.0.1";
 inline constexpr std::chrono::milliseconds kDefaultKillTimeout{10'000};
 // Paddle 2.x's --max_restart default, which --elastic_level=1 without --max_restart uses.
 inline constexpr int kPaddleDefaultMaxRestart = 3;
+// Paddle's fleet elastic levels (its ElasticLevel), LaunchOptions::fleet_level.
+inline constexpr int kFleetFaultTolerance = 1;
+inline constexpr int kFleetElastic = 2;
 inline constexpr int kDefaultControlPort =
     29500;  // multi-node, without --master_port/--started_port
 inline constexpr int kDefaultRendezvousPort =
@@ -195,7 +198,7 @@ struct LaunchOptions : JobConfig {
   // --sort_ip (Paddle 2.x): a control-plane job's ranks follow its nodes' addresses.
   bool sort_ip = false;
   // Paddle's fleet elastic mode (fleet_elastic.h; paddle_elastic, JobConfig's, is then true):
-  // its level, 1 fault tolerance (a fixed --np N), 2 elastic (--np MIN:MAX); 0 when off.
+  // its level, kFleetFaultTolerance (a fixed --np N) or kFleetElastic (--np MIN:MAX); 0 when off.
   int fleet_level = 0;
   // --elastic_level (Paddle 2.x) as given: <= 0 a failure ends the job (max_restarts 0), >= 1
   // restarts (max_restarts defaults to Paddle's 3).
